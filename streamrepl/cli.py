@@ -1,0 +1,97 @@
+"""The `streamrepl` command line: a thin Click layer over the operations modules.
+
+Sub-commands load lazily so that `streamrepl --help` imports neither pyspark nor the
+Kafka client and never connects anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+import click
+
+from . import __version__
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help", "-help"], "max_content_width": 100}
+
+
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported only when they are run or listed in help."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module, _, attr = self.lazy[name].partition(":")
+            return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return super().get_command(ctx, name)
+
+
+ROOT_COMMANDS = {
+    "stream": "streamrepl.commands.stream:stream",
+    "cluster": "streamrepl.commands.cluster:cluster",
+    "local": "streamrepl.commands.local:local",
+}
+
+
+@click.group(cls=LazyGroup, lazy=ROOT_COMMANDS, context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "-clusters",
+    "--clusters",
+    metavar="FILE",
+    help="Cluster registry (default: $STREAMREPL_CLUSTERS, "
+    "~/.config/streamrepl/clusters.yaml, /etc/streamrepl/clusters.yaml).",
+)
+@click.option("-json", "--json", "as_json", is_flag=True, help="Output the maprcli JSON envelope.")
+@click.option("-noheader", "--noheader", is_flag=True, help="Tab-separated rows without a header.")
+@click.version_option(__version__, "-version", "--version", prog_name="streamrepl")
+@click.pass_context
+def cli(ctx: click.Context, clusters: str | None, as_json: bool, noheader: bool) -> None:
+    """Replicate streams of topics between Kafka-compatible clusters, maprcli style.
+
+    \b
+    streamrepl stream create -path /sanfrancisco/activity -defaultpartitions 3
+    streamrepl stream replica autosetup -path /sanfrancisco/activity -replica /newyork/activity
+    streamrepl gateway start -cluster newyork
+    """
+    from .commands.common import App
+
+    ctx.obj = App(clusters_file=clusters)
+    ctx.obj.mode.json = as_json
+    ctx.obj.mode.noheader = noheader
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return any(a in ("-json", "--json") for a in argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cli.main(args=args, prog_name="streamrepl", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        sys.stderr.write("ERROR (4) - interrupted\n")
+        sys.exit(130)
+    except click.ClickException as e:
+        # Usage mistakes get the same one-line error as everything else, not a usage dump.
+        ctx = getattr(e, "ctx", None)
+        command = " ".join(ctx.command_path.split()[1:]) if ctx is not None else ""
+        message = e.format_message().replace("\n", " ")
+        hint = f"; see 'streamrepl {command} --help'" if command else "; see 'streamrepl --help'"
+        desc = f"{command}: {message}{hint}" if command else f"{message}{hint}"
+        if _wants_json(args):
+            payload = {"status": "ERROR", "errors": [{"id": 22, "desc": desc}]}
+            sys.stdout.write(json.dumps(payload) + "\n")
+        else:
+            sys.stderr.write(f"ERROR (22) - {desc}\n")
+        sys.exit(2)

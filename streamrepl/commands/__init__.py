@@ -1,0 +1,1 @@
+"""Click commands: a thin layer over the operations modules, one module per verb family."""

@@ -1,0 +1,43 @@
+"""`streamrepl cluster ...`: the clusters of the registry."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import CONTEXT_SETTINGS, LazyGroup
+from .common import app, handles_errors, opt, output
+
+SUBGROUPS: dict[str, str] = {}
+
+
+@click.group(cls=LazyGroup, lazy=SUBGROUPS, context_settings=CONTEXT_SETTINGS)
+def cluster() -> None:
+    """The clusters named in the registry."""
+
+
+@cluster.command("list", context_settings=CONTEXT_SETTINGS)
+@opt("timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for each cluster.")
+@handles_errors
+def list_cmd(timeout: float) -> None:
+    """Show each cluster, its servers, whether it answers, and its other (masked) properties."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .. import broker
+
+    reg = app().registry
+    clusters = list(reg.clusters.values())
+    with ThreadPoolExecutor(max_workers=max(1, len(clusters))) as pool:
+        answers = list(pool.map(lambda c: broker.ping(c, timeout), clusters))
+    rows = []
+    for c, ok in zip(clusters, answers, strict=True):
+        props = {k: v for k, v in c.masked().items() if k != "bootstrap.servers"}
+        rows.append(
+            {
+                "cluster": c.name,
+                "default": c.name == reg.default,
+                "bootstrap.servers": c.bootstrap,
+                "answers": ok,
+                "properties": " ".join(f"{k}={v}" for k, v in sorted(props.items())),
+            }
+        )
+    output(rows)

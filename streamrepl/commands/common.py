@@ -1,0 +1,142 @@
+"""What every command shares: maprcli-style options, output modes, and error reporting."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..errors import InvalidArgument, StreamreplError
+from ..output import OutputMode, emit, emit_error
+
+TRUE_WORDS = {"true", "yes", "1", "on", "y", "t"}
+FALSE_WORDS = {"false", "no", "0", "off", "n", "f"}
+
+
+class BoolWord(click.ParamType):
+    """maprcli booleans: `true|false` and `yes|no`."""
+
+    name = "true|false"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+        self.fail(f"'{value}' is not a boolean; use true or false (yes or no)", param, ctx)
+
+
+BOOL = BoolWord()
+
+
+def opt(name: str, *decls: str, **kwargs: Any) -> Callable:
+    """An option spelled maprcli's way (`-name value`), with `--name` accepted too."""
+    dest = name.replace(".", "_").replace("-", "_")
+    return click.option(f"-{name}", f"--{name}", *decls, dest, **kwargs)
+
+
+@dataclass
+class App:
+    """Per-invocation state: where the registry is and how to print."""
+
+    clusters_file: str | None = None
+    mode: OutputMode = field(default_factory=OutputMode)
+    _registry: Any = None
+
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            from ..registry import load
+
+            self._registry = load(self.clusters_file)
+        return self._registry
+
+    def registry_secrets_safe(self) -> list[str]:
+        """Secrets to scrub from error text; never fails, never loads the registry just for this."""
+        return self._registry.secrets() if self._registry is not None else []
+
+
+def app() -> App:
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    if root.obj is None:
+        root.obj = App()
+    return root.obj  # type: ignore[no-any-return]
+
+
+def _apply_common(as_json: bool, noheader: bool, long: bool, clusters: str | None) -> App:
+    a = app()
+    a.mode.json = a.mode.json or as_json
+    a.mode.noheader = a.mode.noheader or noheader
+    a.mode.long = a.mode.long or long
+    if clusters:
+        a.clusters_file = clusters
+    return a
+
+
+def common_options(f: Callable, registry_option: bool = True) -> Callable:
+    f = click.option("-json", "--json", "as_json", is_flag=True, help="Output the maprcli JSON envelope.")(f)
+    f = click.option("-noheader", "--noheader", is_flag=True, help="Tab-separated rows without a header.")(f)
+    f = click.option("-long", "--long", is_flag=True, hidden=True)(f)
+    if registry_option:
+        f = click.option("-clusters", "--clusters", metavar="FILE", help="Cluster registry file.")(f)
+    return f
+
+
+def command_name(ctx: click.Context) -> str:
+    parts = ctx.command_path.split()
+    return " ".join(parts[1:]) if len(parts) > 1 else parts[0]
+
+
+def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -> Callable:
+    """Turn every failure into maprcli's one-line error (or JSON envelope) and a non-zero exit.
+
+    With registry_option=False the command keeps `-clusters` for a meaning of its own
+    (`local up -clusters a,b` names clusters to start).
+    """
+    if f is None:
+        return functools.partial(handles_errors, registry_option=registry_option)
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, as_json: bool, noheader: bool, long: bool, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        registry_file = kwargs.pop("clusters", None) if registry_option else None
+        a = _apply_common(as_json, noheader, long, registry_file)
+        try:
+            return f(*args, **kwargs)
+        except StreamreplError as e:
+            report_error(command_name(ctx), e.code, e.message, a.mode)
+        except KeyboardInterrupt:
+            report_error(command_name(ctx), 4, "interrupted", a.mode, exit_code=130)
+        except Exception as e:  # noqa: BLE001 - the promise is one line, never a traceback
+            if os.environ.get("STREAMREPL_DEBUG"):
+                raise
+            from ..broker import describe_exception
+
+            code, message = describe_exception(e, a.registry_secrets_safe())
+            report_error(command_name(ctx), code, message, a.mode)
+
+    return common_options(wrapper, registry_option)
+
+
+def report_error(command: str, code: int, message: str, mode: OutputMode, exit_code: int = 1) -> None:
+    emit_error(command, code, message, mode)
+    sys.exit(exit_code)
+
+
+def output(rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
+    emit(rows, app().mode, columns)
+
+
+def require(value: Any, option: str) -> Any:
+    if value is None or value == "":
+        raise InvalidArgument(f"missing -{option}; it is required")
+    return value

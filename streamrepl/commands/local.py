@@ -1,0 +1,68 @@
+"""`streamrepl local ...`: embedded clusters on loopback for a first run and for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cli import CONTEXT_SETTINGS
+from .common import handles_errors, opt, output
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def local() -> None:
+    """Start, inspect and stop embedded Kafka-compatible clusters (Tansu brokers on loopback)."""
+
+
+def _dir(d: str | None) -> Path | None:
+    return Path(d).expanduser() if d else None
+
+
+@local.command("up", context_settings=CONTEXT_SETTINGS)
+@opt(
+    "clusters",
+    metavar="A,B",
+    default="sanfrancisco,newyork",
+    show_default=True,
+    help="Comma-separated cluster names, one broker each.",
+)
+@opt(
+    "dir",
+    metavar="DIR",
+    help="State directory (default: $STREAMREPL_LOCAL_DIR or ~/.local/state/streamrepl/local).",
+)
+@handles_errors(registry_option=False)
+def up_cmd(clusters: str, dir: str | None) -> None:
+    """Start one broker per cluster (or reuse the running ones) and write their registry."""
+    from .. import local as embedded
+
+    brokers = embedded.up([n.strip() for n in clusters.split(",") if n.strip()], _dir(dir))
+    reg = embedded.registry_path(_dir(dir))
+    output(
+        [
+            {"cluster": b.cluster, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
+            for b in brokers
+        ]
+    )
+    click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
+
+
+@local.command("status", context_settings=CONTEXT_SETTINGS)
+@opt("dir", metavar="DIR", help="State directory.")
+@handles_errors(registry_option=False)
+def status_cmd(dir: str | None) -> None:
+    """Show the embedded brokers and whether they run."""
+    from .. import local as embedded
+
+    output(embedded.status(_dir(dir)))
+
+
+@local.command("down", context_settings=CONTEXT_SETTINGS)
+@opt("dir", metavar="DIR", help="State directory.")
+@handles_errors(registry_option=False)
+def down_cmd(dir: str | None) -> None:
+    """Stop the embedded brokers this state directory started (and nothing else)."""
+    from .. import local as embedded
+
+    output([{"stopped": name} for name in embedded.down(_dir(dir))])

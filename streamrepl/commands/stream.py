@@ -1,0 +1,91 @@
+"""`streamrepl stream ...`: streams and, through sub-groups, their topics and replication."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import CONTEXT_SETTINGS, LazyGroup
+from .common import BOOL, app, handles_errors, opt, output, require
+
+SUBGROUPS = {
+    "topic": "streamrepl.commands.topic:topic",
+}
+
+PERM_OPTIONS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")
+
+
+@click.group(cls=LazyGroup, lazy=SUBGROUPS, context_settings=CONTEXT_SETTINGS)
+def stream() -> None:
+    """Create, change and inspect streams, their topics and their replicas."""
+
+
+def settings_options(f: click.decorators.FC) -> click.decorators.FC:
+    for name in reversed(PERM_OPTIONS):
+        f = opt(name, metavar="ACE", help=f"Access control expression for {name} (default u:<creator>).")(f)
+    f = opt("defaulttimestamptype", metavar="createtime|logappendtime", help="Default timestamp type.")(f)
+    f = opt("compression", metavar="off|lz4|zlib", help="Compression of the stream's topics.")(f)
+    f = opt("defaultpartitions", type=int, help="Partitions of new topics (default 1).")(f)
+    f = opt(
+        "autocreate", type=BOOL, help="Create topics when a producer first writes to them (default true)."
+    )(f)
+    f = opt("ttl", type=int, help="Seconds before messages expire; 0 keeps them forever (default 604800).")(f)
+    return f
+
+
+@stream.command("create", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Stream path: /<cluster>/<path>.")
+@settings_options
+@opt("copymetafrom", metavar="PATH", help="Copy settings and ACEs from this stream.")
+@handles_errors
+def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
+    """Create a stream."""
+    from .. import streams
+
+    streams.create(app().registry, require(path, "path"), settings, copymetafrom)
+    output([])
+
+
+@stream.command("edit", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Stream path.")
+@settings_options
+@opt("compact", type=BOOL, help="Keep only the latest message per key.")
+@opt("mincompactionlag", type=int, help="Milliseconds a message stays uncompacted.")
+@opt("deleteretention", type=int, help="Milliseconds delete markers are kept.")
+@handles_errors
+def edit_cmd(path: str, **settings: object) -> None:
+    """Change the settings or ACEs of a stream (needs adminperm)."""
+    from .. import streams
+
+    streams.edit(app().registry, require(path, "path"), settings)
+    output([])
+
+
+@stream.command("delete", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Stream path.")
+@handles_errors
+def delete_cmd(path: str) -> None:
+    """Delete a stream, its topics and their messages (needs adminperm)."""
+    from .. import streams
+
+    streams.delete(app().registry, require(path, "path"))
+    output([])
+
+
+@stream.command("info", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Stream path.")
+@handles_errors
+def info_cmd(path: str) -> None:
+    """Show the settings of a stream."""
+    from .. import streams
+
+    output([streams.info(app().registry, require(path, "path"))])
+
+
+@stream.command("list", context_settings=CONTEXT_SETTINGS)
+@opt("cluster", metavar="NAME", help="Only this cluster (default: every cluster in the registry).")
+@handles_errors
+def list_cmd(cluster: str | None) -> None:
+    """List the streams of one or every cluster."""
+    from .. import streams
+
+    output(streams.list_streams(app().registry, cluster))

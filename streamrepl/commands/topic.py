@@ -1,0 +1,75 @@
+"""`streamrepl stream topic ...`."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import CONTEXT_SETTINGS
+from .common import app, handles_errors, opt, output, require
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def topic() -> None:
+    """Create, change and inspect the topics of a stream."""
+
+
+def _target(f: click.decorators.FC) -> click.decorators.FC:
+    f = opt("topic", metavar="NAME", help="Topic name (letters, digits, '.', '_', '-').")(f)
+    return opt("path", metavar="PATH", help="Stream path.")(f)
+
+
+@topic.command("create", context_settings=CONTEXT_SETTINGS)
+@_target
+@opt("partitions", type=int, help="Number of partitions (default: the stream's defaultpartitions).")
+@opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type (default: the stream's).")
+@handles_errors
+def create_cmd(path: str, topic: str, partitions: int | None, timestamptype: str | None) -> None:
+    """Create a topic in a stream (needs topicperm)."""
+    from .. import topics
+
+    topics.create(app().registry, require(path, "path"), require(topic, "topic"), partitions, timestamptype)
+    output([])
+
+
+@topic.command("edit", context_settings=CONTEXT_SETTINGS)
+@_target
+@opt("partitions", type=int, help="New number of partitions (can only grow).")
+@opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type.")
+@handles_errors
+def edit_cmd(path: str, topic: str, partitions: int | None, timestamptype: str | None) -> None:
+    """Add partitions to a topic or change its timestamp type (needs topicperm)."""
+    from .. import topics
+
+    topics.edit(app().registry, require(path, "path"), require(topic, "topic"), partitions, timestamptype)
+    output([])
+
+
+@topic.command("delete", context_settings=CONTEXT_SETTINGS)
+@_target
+@handles_errors
+def delete_cmd(path: str, topic: str) -> None:
+    """Delete a topic and its messages (needs topicperm)."""
+    from .. import topics
+
+    topics.delete(app().registry, require(path, "path"), require(topic, "topic"))
+    output([])
+
+
+@topic.command("info", context_settings=CONTEXT_SETTINGS)
+@_target
+@handles_errors
+def info_cmd(path: str, topic: str) -> None:
+    """Show a topic, one row per partition."""
+    from .. import topics
+
+    output(topics.info(app().registry, require(path, "path"), require(topic, "topic")))
+
+
+@topic.command("list", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Stream path.")
+@handles_errors
+def list_cmd(path: str) -> None:
+    """List the topics of a stream."""
+    from .. import topics
+
+    output(topics.list_topics(app().registry, require(path, "path")))

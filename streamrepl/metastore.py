@@ -1,0 +1,171 @@
+"""Stream metadata, kept in each cluster in one internal compacted topic.
+
+Each change to a stream appends one record keyed `<stream path>@<version>@<writer>` whose
+value is the stream's whole new state (JSON) with `version` = previous version + 1.
+Readers fold the log in offset order and accept a record only when its version is
+exactly one more than the version they hold, so when two operators edit the same stream
+at once, the record that reached the log first wins and the other is ignored by every
+reader. The writer then reads back, sees whether it won, and, if not, re-applies its
+edit to the new state and tries again: no edit is silently lost.
+
+Keys carry the version and a writer id so that compaction never drops a winning record in
+favour of a losing one written later with the same key.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from . import broker
+from .errors import ConcurrentEdit, Unreachable
+from .paths import METADATA_TOPIC
+from .registry import Cluster
+
+Record = dict[str, Any]
+Edit = Callable[[Record | None], Record | None]
+
+MAX_ATTEMPTS = 8
+
+
+def _fold(state: dict[str, Record], key: bytes | None, value: bytes | None, offset: int) -> str | None:
+    """Apply one log record to `state`; return the winning path when it was accepted."""
+    if key is None or value is None:
+        return None
+    path = key.decode().split("@", 1)[0]
+    try:
+        rec = json.loads(value)
+    except ValueError:
+        return None
+    current = state.get(path)
+    expected = (current["version"] if current else 0) + 1
+    if rec.get("version") != expected:
+        return None
+    rec["_offset"] = offset
+    state[path] = rec
+    return path
+
+
+class MetaStore:
+    """Stream records of one cluster."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+
+    # -- reading ---------------------------------------------------------------------
+    def _exists(self) -> bool:
+        return METADATA_TOPIC in broker.topics(self.cluster)
+
+    def _read(self, until: int | None = None) -> dict[str, Record]:
+        """Fold the whole log (or up to and including offset `until`)."""
+        state: dict[str, Record] = {}
+        if not self._exists():
+            return state
+        c = broker.consumer(self.cluster)
+        try:
+            c.assign([TopicPartition(METADATA_TOPIC, 0, 0)])
+            deadline = time.monotonic() + broker.REQUEST_TIMEOUT
+            while True:
+                if time.monotonic() > deadline:
+                    raise broker.unreachable(self.cluster, "reading stream metadata")
+                msgs = c.consume(1000, timeout=0.5)
+                eof = False
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            eof = True
+                        continue
+                    _fold(state, m.key(), m.value(), m.offset())
+                    if until is not None and m.offset() >= until:
+                        return state
+                if eof and until is None:
+                    return state
+        finally:
+            c.close()
+
+    def streams(self) -> dict[str, Record]:
+        """Every live stream of the cluster, by path."""
+        return {p: r for p, r in self._read().items() if not r.get("deleted")}
+
+    def get(self, path: str) -> Record | None:
+        rec = self._read().get(path)
+        return None if rec is None or rec.get("deleted") else rec
+
+    # -- writing ---------------------------------------------------------------------
+    def _ensure_topic(self) -> None:
+        if not self._exists():
+            try:
+                broker.create_topics(self.cluster, [(METADATA_TOPIC, 1, {"cleanup.policy": "compact"})])
+            except Exception as e:  # noqa: BLE001 - another writer may have created it first
+                if not self._exists():
+                    raise e
+
+    def _append(self, path: str, rec: Record) -> int:
+        p = broker.producer(
+            self.cluster, **{"linger.ms": 0, "message.timeout.ms": int(broker.REQUEST_TIMEOUT * 1000)}
+        )
+        offsets: list[int] = []
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                offsets.append(msg.offset())
+
+        key = f"{path}@{rec['version']}@{uuid.uuid4().hex[:12]}"
+        body = {k: v for k, v in rec.items() if not k.startswith("_")}
+        p.produce(
+            METADATA_TOPIC,
+            key=key.encode(),
+            value=json.dumps(body, sort_keys=True).encode(),
+            partition=0,
+            on_delivery=delivered,
+        )
+        p.flush(broker.REQUEST_TIMEOUT + 2)
+        if errors or not offsets:
+            raise broker.unreachable(self.cluster, "writing stream metadata")
+        return offsets[0]
+
+    def update(self, path: str, edit: Edit) -> Record | None:
+        """Apply `edit` to the current record of `path` (None when absent) and store the result.
+
+        `edit` returns the new record, or None to delete the stream; it may raise a
+        StreamreplError to refuse, in which case nothing is written. It runs again on the
+        fresh state whenever another writer got in first.
+        """
+        self._ensure_topic()
+        for attempt in range(MAX_ATTEMPTS):
+            state = self._read()
+            current = state.get(path)
+            live = None if current is None or current.get("deleted") else current
+            new = edit(copy.deepcopy(live))
+            if new is None and live is None:
+                return None
+            version = (current["version"] if current else 0) + 1
+            rec = {"deleted": True, "path": path} if new is None else dict(new)
+            rec["version"] = version
+            rec["updated"] = int(time.time() * 1000)
+            offset = self._append(path, rec)
+            after = self._read(until=offset)
+            won = after.get(path)
+            if won is not None and won.get("_offset") == offset:
+                return None if new is None else won
+            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+        raise ConcurrentEdit(
+            f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time;"
+            " try again"
+        )
+
+
+def require_reachable(cluster: Cluster) -> None:
+    if not broker.ping(cluster):
+        raise Unreachable(f"cluster '{cluster.name}' ({cluster.bootstrap}) does not answer")

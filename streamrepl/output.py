@@ -1,0 +1,90 @@
+"""How results and errors reach the user: tables, the maprcli JSON envelope, tab-separated rows.
+
+Commands return a list of records (dicts); this module alone decides how they look.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class OutputMode:
+    json: bool = False
+    noheader: bool = False
+    long: bool = False
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def columns_of(rows: Sequence[dict], columns: Sequence[str] | None) -> list[str]:
+    if columns:
+        return list(columns)
+    seen: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            seen.setdefault(k, None)
+    return list(seen)
+
+
+def envelope(rows: Sequence[dict]) -> dict:
+    now = time.time()
+    return {
+        "timestamp": int(now * 1000),
+        "timeofday": time.strftime("%Y-%m-%d %I:%M:%S.", time.localtime(now))
+        + f"{int(now * 1000) % 1000:03d} GMT{time.strftime('%z')} {time.strftime('%p')}",
+        "status": "OK",
+        "total": len(rows),
+        "data": list(rows),
+    }
+
+
+def emit(rows: Iterable[dict], mode: OutputMode, columns: Sequence[str] | None = None) -> None:
+    rows = list(rows)
+    if mode.json:
+        sys.stdout.write(json.dumps(envelope(rows), indent=1, default=str) + "\n")
+        return
+    cols = columns_of(rows, columns)
+    if mode.noheader or not sys.stdout.isatty():
+        # maprcli's tabular output is tab-separated: what scripts `cut` and `awk`.
+        if not mode.noheader and cols:
+            sys.stdout.write("\t".join(cols) + "\n")
+        for r in rows:
+            sys.stdout.write("\t".join(_cell(r.get(c)) for c in cols) + "\n")
+        return
+    if not rows:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False, box=None, header_style="bold", pad_edge=False)
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(*(_cell(r.get(c)) for c in cols))
+    Console().print(table)
+
+
+def error_envelope(code: int, desc: str) -> dict:
+    return {"timestamp": int(time.time() * 1000), "status": "ERROR", "errors": [{"id": code, "desc": desc}]}
+
+
+def emit_error(command: str, code: int, message: str, mode: OutputMode) -> None:
+    desc = f"{command}: {message}" if command else message
+    if mode.json:
+        sys.stdout.write(json.dumps(error_envelope(code, desc)) + "\n")
+    else:
+        sys.stderr.write(f"ERROR ({code}) - {desc}\n")

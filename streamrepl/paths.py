@@ -1,0 +1,142 @@
+"""Stream and topic names, and how they map onto Kafka topic names.
+
+A stream path is `/<cluster>/<path inside the cluster>`; `/mapr/<cluster>/...` is accepted
+so that existing maprcli scripts run, and a path whose first segment is not a known
+cluster is on the default cluster. A topic is `<stream path>:<topic>`.
+
+Kafka has no directories, so each (stream, topic) pair maps to one Kafka topic name:
+
+    sr.<escaped stream path>.<topic>
+
+where the escaped path is the stream path without its leading '/', with every character
+other than ASCII letters and digits written as `_xx` (two lowercase hex digits): `/` is
+`_2f`, `.` is `_2e`, `_` is `_5f`. The escaped path therefore never holds a '.', so the
+first '.' after the prefix separates it from the topic, and the mapping is reversible.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidArgument
+
+KAFKA_PREFIX = "sr."
+METADATA_TOPIC = "__streamrepl_metadata"
+MAX_KAFKA_TOPIC = 249
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SEGMENT_RE = re.compile(r"^[^\x00-\x1f]+$")
+
+
+@dataclass(frozen=True)
+class StreamPath:
+    cluster: str
+    path: str  # inside the cluster, always starting with '/'
+
+    def __str__(self) -> str:
+        return f"/{self.cluster}{self.path}"
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class TopicPath:
+    stream: StreamPath
+    topic: str
+
+    def __str__(self) -> str:
+        return f"{self.stream}:{self.topic}"
+
+
+def parse_stream(text: str, clusters: set[str] | dict, default: str) -> StreamPath:
+    """Parse a stream path; `clusters` are the registry's cluster names."""
+    if not text or not text.strip():
+        raise InvalidArgument("empty stream path; give one like /sanfrancisco/activity")
+    raw = text.strip()
+    if not raw.startswith("/"):
+        raise InvalidArgument(f"stream path '{raw}' must start with '/', e.g. /sanfrancisco/activity")
+    if "//" in raw or raw.endswith("/"):
+        raise InvalidArgument(f"stream path '{raw}' has an empty segment; remove the extra '/'")
+    segments = raw[1:].split("/")
+    if segments[0] == "mapr" and len(segments) > 1 and segments[1] in clusters:
+        segments = segments[1:]
+    if segments[0] in clusters and len(segments) > 1:
+        cluster, rest = segments[0], segments[1:]
+    elif segments[0] in clusters:
+        raise InvalidArgument(f"stream path '{raw}' names cluster '{segments[0]}' but no stream in it")
+    else:
+        cluster, rest = default, segments
+    for seg in rest:
+        if not _SEGMENT_RE.match(seg):
+            raise InvalidArgument(f"stream path '{raw}' holds a control character; remove it")
+    name = rest[-1]
+    if ":" in name:
+        raise InvalidArgument(
+            f"stream name '{name}' in '{raw}' contains ':'; stream names cannot contain ':' or '/'"
+            " (to name a topic use -topic)"
+        )
+    stream = StreamPath(cluster, "/" + "/".join(rest))
+    kafka_topic_name(stream, "x")  # refuses paths too long to map onto Kafka names
+    return stream
+
+
+def split_topic(text: str) -> tuple[str, str | None]:
+    """Split `<stream path>:<topic>` at the last ':' of the last segment."""
+    head, sep, tail = text.rpartition("/")
+    if ":" in tail:
+        name, _, topic = tail.partition(":")
+        return f"{head}{sep}{name}", topic
+    return text, None
+
+
+def validate_topic(topic: str) -> str:
+    if not topic:
+        raise InvalidArgument("empty topic name; give one with -topic NAME")
+    if not _TOPIC_RE.match(topic):
+        raise InvalidArgument(f"invalid topic name '{topic}': use letters, digits, '.', '_' and '-' only")
+    return topic
+
+
+def _escape(path: str) -> str:
+    return "".join(chr(b) if chr(b).isalnum() and b < 128 else f"_{b:02x}" for b in path.encode())
+
+
+def _unescape(text: str) -> str:
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "_":
+            out.append(int(text[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out += text[i].encode()
+            i += 1
+    return out.decode()
+
+
+def kafka_topic_name(stream: StreamPath, topic: str) -> str:
+    name = f"{KAFKA_PREFIX}{_escape(stream.path[1:])}.{topic}"
+    if len(name) > MAX_KAFKA_TOPIC:
+        raise InvalidArgument(
+            f"stream path '{stream}' with topic '{topic}' is too long for a Kafka topic name"
+            f" ({len(name)} > {MAX_KAFKA_TOPIC} characters); use a shorter path or topic"
+        )
+    return name
+
+
+def from_kafka_topic_name(cluster: str, name: str) -> TopicPath | None:
+    """The (stream, topic) a Kafka topic stands for, or None for topics that are not ours."""
+    if not name.startswith(KAFKA_PREFIX):
+        return None
+    body = name[len(KAFKA_PREFIX) :]
+    escaped, dot, topic = body.partition(".")
+    if not dot or not topic:
+        return None
+    try:
+        path = "/" + _unescape(escaped)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return TopicPath(StreamPath(cluster, path), topic)

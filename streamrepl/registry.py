@@ -1,0 +1,149 @@
+"""The cluster registry: streamrepl's counterpart of mapr-clusters.conf.
+
+A YAML file names each cluster and the librdkafka client properties used to reach it.
+Secrets in it (SASL passwords, key passwords, tokens) are never printed back: every
+place that shows a cluster's properties goes through `masked()`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import NotFound, RegistryError
+
+ENV_VAR = "STREAMREPL_CLUSTERS"
+USER_PATH = Path("~/.config/streamrepl/clusters.yaml")
+SYSTEM_PATH = Path("/etc/streamrepl/clusters.yaml")
+
+SECRET_MARKERS = ("password", "secret", "token", "key.pem", "private", "credentials")
+MASK = "********"
+
+
+def is_secret(prop: str) -> bool:
+    p = prop.lower()
+    return any(m in p for m in SECRET_MARKERS)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.properties["bootstrap.servers"]
+
+    def masked(self) -> dict[str, str]:
+        return {k: (MASK if is_secret(k) else v) for k, v in self.properties.items()}
+
+    def uses_tls(self) -> bool:
+        return self.properties.get("security.protocol", "").upper() in ("SSL", "SASL_SSL")
+
+    def secrets(self) -> list[str]:
+        return [v for k, v in self.properties.items() if is_secret(k) and v]
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: Path
+    default: str
+    clusters: dict[str, Cluster]
+
+    def get(self, name: str) -> Cluster:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise NotFound(
+                f"unknown cluster '{name}' (known: {known}); add it to the registry {self.path}"
+            ) from None
+
+    def secrets(self) -> list[str]:
+        return [s for c in self.clusters.values() for s in c.secrets()]
+
+
+def locate(explicit: str | None = None) -> Path:
+    """The registry file, in the documented order of precedence."""
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    user = USER_PATH.expanduser()
+    if user.exists():
+        return user
+    if SYSTEM_PATH.exists():
+        return SYSTEM_PATH
+    raise RegistryError(
+        f"no cluster registry found: set ${ENV_VAR}, pass -clusters FILE, or create {USER_PATH}"
+        " (streamrepl local up writes one)"
+    )
+
+
+def load(explicit: str | None = None) -> Registry:
+    path = locate(explicit)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RegistryError(
+            f"cluster registry {path} does not exist; create it or pass -clusters FILE"
+        ) from None
+    except (PermissionError, IsADirectoryError, OSError) as e:
+        raise RegistryError(
+            f"cluster registry {path} cannot be read ({e.strerror}); check its permissions"
+        ) from None
+    warn_if_world_readable(path)
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> Registry:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise RegistryError(f"cluster registry {path} is not valid YAML{where}; fix its syntax") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("clusters"), dict) or not doc["clusters"]:
+        raise RegistryError(f"cluster registry {path} must be a mapping with a non-empty 'clusters:' section")
+    clusters: dict[str, Cluster] = {}
+    for name, props in doc["clusters"].items():
+        name = str(name)
+        if not isinstance(props, dict) or "bootstrap.servers" not in props:
+            raise RegistryError(f"cluster '{name}' in {path} needs a 'bootstrap.servers' entry")
+        clusters[name] = Cluster(name, {str(k): _scalar(v) for k, v in props.items()})
+    default = str(doc.get("default") or next(iter(clusters)))
+    if default not in clusters:
+        raise RegistryError(f"default cluster '{default}' in {path} is not listed under 'clusters:'")
+    return Registry(path=path, default=default, clusters=clusters)
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def warn_if_world_readable(path: Path) -> None:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRGRP | stat.S_IROTH) and any(is_secret(line.split(":")[0]) for line in _lines(path)):
+        print(
+            f"warning: cluster registry {path} holds secrets and others can read it; run chmod 600 {path}",
+            file=sys.stderr,
+        )
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [ln.strip() for ln in path.read_text().splitlines()]
+    except OSError:
+        return []

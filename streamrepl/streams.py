@@ -1,0 +1,251 @@
+"""Stream operations: create, edit, delete, info, list.
+
+Settings that have a Kafka topic-config counterpart are applied to every Kafka topic of
+the stream:
+
+    ttl (seconds, 0 = forever)      -> retention.ms (ttl * 1000, or -1)
+    defaulttimestamptype            -> message.timestamp.type (CreateTime | LogAppendTime)
+    compression off|lz4|zlib        -> compression.type uncompressed|lz4|gzip (zlib is DEFLATE, as gzip)
+    compression snappy|zstd         -> compression.type snappy|zstd (streamrepl extensions)
+    compact true|false              -> cleanup.policy compact|delete
+    mincompactionlag (ms)           -> min.compaction.lag.ms
+    deleteretention (ms)            -> delete.retention.ms
+
+`lzf` has no Kafka codec and is refused. The other settings (autocreate, defaultpartitions,
+the ACEs) live only in the stream's metadata record.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import ace, broker
+from .errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+from .metastore import MetaStore, Record
+from .paths import StreamPath, kafka_topic_name, parse_stream
+from .registry import Cluster, Registry
+
+PERMS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")
+KAFKA_COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "snappy": "snappy", "zstd": "zstd"}
+TIMESTAMP_TYPES = {"createtime": "CreateTime", "logappendtime": "LogAppendTime"}
+DEFAULTS: dict[str, Any] = {
+    "ttl": 604800,
+    "autocreate": True,
+    "defaultpartitions": 1,
+    "compression": "inherit",
+    "defaulttimestamptype": "createtime",
+    "compact": False,
+    "mincompactionlag": 0,
+    "deleteretention": 86400000,
+}
+#: Settings that -copymetafrom carries over (not the UUID, topics, replicas or upstreams).
+COPIED = tuple(DEFAULTS) + PERMS
+
+
+@dataclass(frozen=True)
+class Resolved:
+    path: StreamPath
+    cluster: Cluster
+
+    @property
+    def store(self) -> MetaStore:
+        return MetaStore(self.cluster)
+
+
+def resolve(reg: Registry, text: str) -> Resolved:
+    sp = parse_stream(text, set(reg.clusters), reg.default)
+    return Resolved(sp, reg.get(sp.cluster))
+
+
+def load(reg: Registry, text: str) -> tuple[Resolved, Record]:
+    r = resolve(reg, text)
+    rec = r.store.get(r.path.path)
+    if rec is None:
+        raise NotFound(
+            f"stream {r.path} does not exist; create it with 'streamrepl stream create -path {r.path}'"
+        )
+    return r, rec
+
+
+# -- validation -------------------------------------------------------------------------
+def validate_settings(s: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in s.items():
+        if v is None:
+            continue
+        if k in ("ttl", "mincompactionlag", "deleteretention") and v < 0:
+            raise InvalidArgument(f"-{k} {v} is negative; give 0 or more (-ttl 0 keeps messages forever)")
+        if k == "defaultpartitions" and v <= 0:
+            raise InvalidArgument(f"-defaultpartitions {v} must be at least 1")
+        if k == "compression":
+            v = str(v).lower()
+            if v == "lzf":
+                raise InvalidArgument(
+                    "-compression lzf has no Kafka counterpart; use off, lz4, zlib, snappy or zstd"
+                )
+            if v not in KAFKA_COMPRESSION and v != "inherit":
+                raise InvalidArgument(
+                    f"-compression {v} is not supported; use off, lz4, zlib, snappy or zstd"
+                )
+        if k == "defaulttimestamptype":
+            v = str(v).lower()
+            if v not in TIMESTAMP_TYPES:
+                raise InvalidArgument(
+                    f"-defaulttimestamptype {v} is not valid; use createtime or logappendtime"
+                )
+        if k in PERMS:
+            v = ace.normalize(str(v))
+        out[k] = v
+    return out
+
+
+def kafka_configs(rec: Record, timestamptype: str | None = None) -> dict[str, str]:
+    conf = {
+        "retention.ms": str(rec["ttl"] * 1000 if rec["ttl"] > 0 else -1),
+        "message.timestamp.type": TIMESTAMP_TYPES[timestamptype or rec["defaulttimestamptype"]],
+        "cleanup.policy": "compact" if rec.get("compact") else "delete",
+        "min.compaction.lag.ms": str(rec.get("mincompactionlag", 0)),
+        "delete.retention.ms": str(rec.get("deleteretention", 86400000)),
+    }
+    if rec.get("compression", "inherit") != "inherit":
+        conf["compression.type"] = KAFKA_COMPRESSION[rec["compression"]]
+    return conf
+
+
+# -- permissions ------------------------------------------------------------------------
+def check_perm(rec: Record, perm: str, stream: StreamPath, action: str) -> None:
+    """Refuse unless the local identity passes `perm` (adminperm also grants topicperm)."""
+    me = ace.current_identity()
+    if ace.allows(rec.get(perm, ""), me):
+        return
+    if perm == "topicperm" and ace.allows(rec.get("adminperm", ""), me):
+        return
+    raise PermissionDenied(
+        f"user '{me.user}' lacks {perm} on stream {stream}, needed to {action}; ask a user with adminperm"
+        f" to grant it (streamrepl stream edit -path {stream} -{perm} ...)"
+    )
+
+
+# -- verbs ------------------------------------------------------------------------------
+def create(reg: Registry, path: str, settings: dict[str, Any], copymetafrom: str | None = None) -> Record:
+    target = resolve(reg, path)
+    given = validate_settings(settings)
+    base: dict[str, Any] = dict(DEFAULTS)
+    if copymetafrom:
+        _, src = load(reg, copymetafrom)
+        base.update({k: src[k] for k in COPIED if k in src})
+    me = ace.current_identity()
+    for p in PERMS:
+        base.setdefault(p, ace.default_for(me))
+    base.update(given)
+
+    def make(current: Record | None) -> Record:
+        if current is not None:
+            raise AlreadyExists(f"stream {target.path} already exists; pick another path or edit it")
+        return {
+            **base,
+            "path": target.path.path,
+            "cluster": target.cluster.name,
+            "uuid": str(uuid.uuid4()),
+            "created": int(time.time() * 1000),
+            "creator": me.user,
+            "topics": {},
+            "replicas": [],
+            "upstreams": [],
+        }
+
+    rec = target.store.update(target.path.path, make)
+    assert rec is not None
+    return rec
+
+
+def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
+    r, rec = load(reg, path)
+    check_perm(rec, "adminperm", r.path, "edit it")
+    given = validate_settings(settings)
+    if not given:
+        raise InvalidArgument("nothing to change; give at least one setting such as -ttl or -adminperm")
+    preview = {**rec, **given}
+    names = [kafka_topic_name(r.path, t) for t in rec.get("topics", {})]
+    if any(
+        k in given
+        for k in (
+            "ttl",
+            "compression",
+            "compact",
+            "mincompactionlag",
+            "deleteretention",
+            "defaulttimestamptype",
+        )
+    ):
+        # Kafka first: if a broker refuses a setting, the stream record stays as it was.
+        conf = kafka_configs(preview)
+        conf.pop("message.timestamp.type", None)  # a topic keeps the type it was created with
+        broker.set_topic_configs(r.cluster, names, conf)
+
+    def apply(current: Record | None) -> Record:
+        if current is None:
+            raise NotFound(f"stream {r.path} was deleted meanwhile")
+        check_perm(current, "adminperm", r.path, "edit it")
+        current.update(given)
+        return current
+
+    out = r.store.update(r.path.path, apply)
+    assert out is not None
+    return out
+
+
+def delete(reg: Registry, path: str) -> None:
+    r, rec = load(reg, path)
+    check_perm(rec, "adminperm", r.path, "delete it")
+    existing = broker.topics(r.cluster)
+    prefix = kafka_topic_name(r.path, "x")[:-1]
+    broker.delete_topics(r.cluster, [t for t in existing if t.startswith(prefix)])
+
+    def drop(current: Record | None) -> None:
+        if current is not None:
+            check_perm(current, "adminperm", r.path, "delete it")
+        return None
+
+    r.store.update(r.path.path, drop)
+
+
+def info_row(r: Resolved, rec: Record) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "path": str(r.path),
+        "cluster": r.cluster.name,
+        "uuid": rec["uuid"],
+        "numtopics": len(rec.get("topics", {})),
+        "defaultpartitions": rec["defaultpartitions"],
+        "ttl": rec["ttl"],
+        "compression": rec["compression"],
+        "autocreate": rec["autocreate"],
+        "defaulttimestamptype": rec["defaulttimestamptype"],
+        "compact": rec.get("compact", False),
+        "numreplicas": len(rec.get("replicas", [])),
+        "numupstreams": len(rec.get("upstreams", [])),
+        "creator": rec.get("creator"),
+        "created": rec.get("created"),
+    }
+    me = ace.current_identity()
+    if ace.allows(rec.get("adminperm", ""), me):
+        row.update({p: rec[p] for p in PERMS})
+    return row
+
+
+def info(reg: Registry, path: str) -> dict[str, Any]:
+    r, rec = load(reg, path)
+    return info_row(r, rec)
+
+
+def list_streams(reg: Registry, cluster: str | None = None) -> list[dict[str, Any]]:
+    names = [cluster] if cluster else list(reg.clusters)
+    rows = []
+    for name in names:
+        c = reg.get(name)
+        for p, rec in sorted(MetaStore(c).streams().items()):
+            rows.append(info_row(Resolved(StreamPath(name, p), c), rec))
+    return rows

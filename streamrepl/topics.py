@@ -1,0 +1,257 @@
+"""Topic operations inside a stream: create, edit, delete, info, list."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from . import broker
+from .errors import AlreadyExists, InvalidArgument, NotFound
+from .metastore import Record
+from .paths import kafka_topic_name, validate_topic
+from .registry import Registry
+from .streams import TIMESTAMP_TYPES, Resolved, check_perm, kafka_configs, load
+
+
+def _require_topic(r: Resolved, rec: Record, topic: str) -> dict[str, Any]:
+    meta: dict[str, Any] | None = rec.get("topics", {}).get(topic)
+    if meta is None:
+        raise NotFound(
+            f"topic '{topic}' does not exist in stream {r.path}; see 'streamrepl stream topic list'"
+        )
+    return meta
+
+
+def create(
+    reg: Registry, path: str, topic: str, partitions: int | None = None, timestamptype: str | None = None
+) -> dict[str, Any]:
+    r, rec = load(reg, path)
+    validate_topic(topic)
+    check_perm(rec, "topicperm", r.path, "create topics")
+    n = rec["defaultpartitions"] if partitions is None else partitions
+    if n <= 0:
+        raise InvalidArgument(f"-partitions {n} must be at least 1")
+    tstype = (timestamptype or rec["defaulttimestamptype"]).lower()
+    if tstype not in TIMESTAMP_TYPES:
+        raise InvalidArgument(f"-timestamptype {tstype} is not valid; use createtime or logappendtime")
+    if topic in rec.get("topics", {}):
+        raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
+    name = kafka_topic_name(r.path, topic)
+    broker.create_topics(r.cluster, [(name, n, kafka_configs(rec, tstype))])
+
+    def add(current: Record | None) -> Record:
+        if current is None:
+            raise NotFound(f"stream {r.path} was deleted meanwhile")
+        if topic in current["topics"]:
+            raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
+        current["topics"][topic] = {"partitions": n, "timestamptype": tstype}
+        return current
+
+    try:
+        r.store.update(r.path.path, add)
+    except Exception:
+        broker.delete_topics(r.cluster, [name])  # nothing half-made
+        raise
+    return {"topic": topic, "partitions": n, "timestamptype": tstype, "kafkatopic": name}
+
+
+def register_existing(r: Resolved, topic: str, partitions: int, timestamptype: str = "createtime") -> None:
+    """Record a topic whose Kafka topic already exists (made by a gateway for a replica)."""
+
+    def add(current: Record | None) -> Record:
+        if current is None:
+            raise NotFound(f"stream {r.path} does not exist")
+        meta = current["topics"].get(topic)
+        if meta is None or meta["partitions"] < partitions:
+            current["topics"][topic] = {"partitions": partitions, "timestamptype": timestamptype}
+        return current
+
+    r.store.update(r.path.path, add)
+
+
+def edit(
+    reg: Registry, path: str, topic: str, partitions: int | None = None, timestamptype: str | None = None
+) -> dict[str, Any]:
+    r, rec = load(reg, path)
+    meta = _require_topic(r, rec, topic)
+    check_perm(rec, "topicperm", r.path, "edit topics")
+    if partitions is None and timestamptype is None:
+        raise InvalidArgument("nothing to change; give -partitions N or -timestamptype")
+    name = kafka_topic_name(r.path, topic)
+    if partitions is not None:
+        if partitions <= 0:
+            raise InvalidArgument(f"-partitions {partitions} must be at least 1")
+        if partitions < meta["partitions"]:
+            raise InvalidArgument(
+                f"-partitions {partitions} is fewer than the {meta['partitions']} topic '{topic}' has;"
+                " partitions can be added, never removed"
+            )
+        if partitions > meta["partitions"]:
+            broker.add_partitions(r.cluster, name, partitions)
+    if timestamptype is not None:
+        tstype = timestamptype.lower()
+        if tstype not in TIMESTAMP_TYPES:
+            raise InvalidArgument(f"-timestamptype {tstype} is not valid; use createtime or logappendtime")
+        broker.set_topic_configs(r.cluster, [name], {"message.timestamp.type": TIMESTAMP_TYPES[tstype]})
+
+    def change(current: Record | None) -> Record:
+        if current is None or topic not in current["topics"]:
+            raise NotFound(f"topic '{topic}' of stream {r.path} was deleted meanwhile")
+        t = current["topics"][topic]
+        if partitions is not None:
+            t["partitions"] = max(t["partitions"], partitions)
+        if timestamptype is not None:
+            t["timestamptype"] = timestamptype.lower()
+        return current
+
+    out = r.store.update(r.path.path, change)
+    assert out is not None
+    t = out["topics"][topic]
+    return {
+        "topic": topic,
+        "partitions": t["partitions"],
+        "timestamptype": t["timestamptype"],
+        "kafkatopic": name,
+    }
+
+
+def delete(reg: Registry, path: str, topic: str) -> None:
+    r, rec = load(reg, path)
+    _require_topic(r, rec, topic)
+    check_perm(rec, "topicperm", r.path, "delete topics")
+    name = kafka_topic_name(r.path, topic)
+    if name in broker.topics(r.cluster):
+        broker.delete_topics(r.cluster, [name])
+
+    def drop(current: Record | None) -> Record:
+        if current is None:
+            raise NotFound(f"stream {r.path} was deleted meanwhile")
+        current["topics"].pop(topic, None)
+        return current
+
+    r.store.update(r.path.path, drop)
+
+
+def _committed_by_group(r: Resolved, kafka_topics: set[str]) -> dict[str, dict[tuple[str, int], int]]:
+    """group -> {(kafka topic, partition): committed offset} for groups reading these topics."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    a = broker.admin(r.cluster)
+    try:
+        groups = a.list_consumer_groups(request_timeout=broker.REQUEST_TIMEOUT).result().valid
+    except KafkaException:
+        raise broker.unreachable(r.cluster, "listing consumer groups") from None
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    for g in groups:
+        if g.group_id.startswith("streamrepl-"):
+            continue
+        try:
+            fut = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)])
+            res = next(iter(fut.values())).result()
+        except KafkaException:
+            continue
+        offsets = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in res.topic_partitions or []
+            if tp.topic in kafka_topics and tp.offset >= 0
+        }
+        if offsets:
+            out[g.group_id] = offsets
+    return out
+
+
+def list_topics(reg: Registry, path: str) -> list[dict[str, Any]]:
+    r, rec = load(reg, path)
+    names = {t: kafka_topic_name(r.path, t) for t in rec.get("topics", {})}
+    ends = partition_ends(r, names.values())
+    groups = _committed_by_group(r, set(names.values()))
+    rows = []
+    for topic, meta in sorted(rec.get("topics", {}).items()):
+        kt = names[topic]
+        readers = [g for g, offs in groups.items() if any(k[0] == kt for k in offs)]
+        lags = [ends.get(k, 0) - off for offs in groups.values() for k, off in offs.items() if k[0] == kt]
+        rows.append(
+            {
+                "topic": topic,
+                "partitions": meta["partitions"],
+                "consumers": len(readers),
+                "maxlag": max(lags, default=0),
+                "timestamptype": meta.get("timestamptype", "createtime"),
+                "kafkatopic": kt,
+            }
+        )
+    return rows
+
+
+def partition_ends(r: Resolved, kafka_topics: Any) -> dict[tuple[str, int], int]:
+    present = broker.topics(r.cluster)
+    c = broker.consumer(r.cluster)
+    try:
+        return {
+            (kt, p): broker.true_end(c, TopicPartition(kt, p))
+            for kt in kafka_topics
+            if kt in present
+            for p in range(present[kt])
+        }
+    finally:
+        c.close()
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
+    r, rec = load(reg, path)
+    meta = _require_topic(r, rec, topic)
+    kt = kafka_topic_name(r.path, topic)
+    present = broker.topics(r.cluster)
+    if kt not in present:
+        raise NotFound(f"Kafka topic '{kt}' of {r.path}:{topic} is missing on cluster '{r.cluster.name}'")
+    groups = _committed_by_group(r, {kt})
+    c = broker.consumer(r.cluster)
+    rows = []
+    try:
+        for p in range(present[kt]):
+            tp = TopicPartition(kt, p)
+            low, _ = c.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
+            end = broker.true_end(c, tp)
+            first = _first_record(c, tp, low, end)
+            last = broker.last_record(c, tp, end)
+            committed = [offs[(kt, p)] for offs in groups.values() if (kt, p) in offs]
+            rows.append(
+                {
+                    "partitionid": p,
+                    "minoffset": low,
+                    "maxoffset": end - 1 if end > low else -1,
+                    "mintimestamp": _iso(first.timestamp()[1]) if first else None,
+                    "maxtimestamp": _iso(last.timestamp()[1]) if last else None,
+                    "minoffsetacrossconsumers": min(committed, default=low),
+                    "timestamptype": meta.get("timestamptype", "createtime"),
+                }
+            )
+    finally:
+        c.close()
+    return rows
+
+
+def _first_record(c: Any, tp: TopicPartition, low: int, end: int) -> Any:
+    if end <= low:
+        return None
+    import time
+
+    c.assign([TopicPartition(tp.topic, tp.partition, low)])
+    deadline = time.monotonic() + broker.REQUEST_TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            return m if m.error() is None else None
+        return None
+    finally:
+        c.unassign()

@@ -1,0 +1,195 @@
+"""Embedded clusters: real Tansu brokers on loopback, started, reused, frozen and stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamrepl import local
+from streamrepl.errors import InvalidArgument, NotFound, Unreachable
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    sd = tmp_path / "local"
+    yield sd
+    # Whatever a test left running (frozen or not) must not outlive it.
+    for row in local.status(sd):
+        if row["running"]:
+            local.thaw(row["cluster"], sd)
+    local.down(sd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _produce(bootstrap: str, topic: str, value: bytes, timeout_ms: int = 10_000) -> KafkaError | None:
+    errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": timeout_ms, "log_level": 0})
+    producer.produce(topic, value, key=b"k", on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(timeout_ms / 1000 + 5)
+    assert errors, "no delivery report"
+    return errors[0]
+
+
+def _round_trip(bootstrap: str) -> None:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(10)
+    value = uuid.uuid4().bytes
+    assert _produce(bootstrap, topic, value) is None
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        msg = None
+        for _ in range(20):
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                break
+        assert msg is not None and msg.error() is None
+        assert (msg.key(), msg.value(), msg.offset()) == (b"k", value, 0)
+    finally:
+        consumer.close()
+
+
+def test_up_starts_reachable_brokers_and_is_idempotent(state_dir: Path) -> None:
+    brokers = local.up(state_dir=state_dir)
+    assert [b.cluster for b in brokers] == list(local.DEFAULT_CLUSTERS)
+    assert len({b.port for b in brokers}) == 2
+    for b in brokers:
+        assert b.bootstrap == f"127.0.0.1:{b.port}"
+        assert Path(b.log) == state_dir / "logs" / f"{b.cluster}.log"
+        _round_trip(b.bootstrap)
+
+    registry = yaml.safe_load(local.registry_path(state_dir).read_text())
+    assert registry == {
+        "default": "sanfrancisco",
+        "clusters": {b.cluster: {"bootstrap.servers": b.bootstrap} for b in brokers},
+    }
+
+    again = local.up(list(local.DEFAULT_CLUSTERS), state_dir)
+    assert again == brokers
+
+    rows = local.status(state_dir)
+    assert [(r["cluster"], r["bootstrap"], r["pid"], r["running"]) for r in rows] == [
+        (b.cluster, b.bootstrap, b.pid, True) for b in brokers
+    ]
+
+
+def test_up_adds_a_cluster_and_keeps_the_others(state_dir: Path) -> None:
+    (first,) = local.up(["alpha"], state_dir)
+    (second,) = local.up(["beta"], state_dir)
+    assert first.port != second.port
+    registry = yaml.safe_load(local.registry_path(state_dir).read_text())
+    assert registry["default"] == "alpha"
+    assert list(registry["clusters"]) == ["alpha", "beta"]
+    assert set(json.loads((state_dir / "state.json").read_text())) == {"alpha", "beta"}
+    assert [r["running"] for r in local.status(state_dir)] == [True, True]
+
+
+def test_up_restarts_a_dead_broker(state_dir: Path) -> None:
+    (old,) = local.up(["alpha"], state_dir)
+    assert local.down(state_dir) == ["alpha"]
+    # Record it again as if the broker had died behind our back.
+    (state_dir / "state.json").write_text(
+        json.dumps({"alpha": {"port": old.port, "pid": old.pid, "log": old.log}})
+    )
+    assert local.status(state_dir)[0]["running"] is False
+    (new,) = local.up(["alpha"], state_dir)
+    assert new.pid != old.pid
+    _round_trip(new.bootstrap)
+
+
+@pytest.mark.parametrize("name", ["", "-x", "a/b", "a b", "_x"])
+def test_invalid_cluster_name(state_dir: Path, name: str) -> None:
+    with pytest.raises(InvalidArgument):
+        local.up([name], state_dir)
+    assert not (state_dir / "state.json").exists()
+
+
+def test_freeze_and_thaw() -> None:
+    with local.EphemeralClusters(["a", "b"]) as ec:
+        assert ec.registry_path.exists()
+        a = ec.brokers["a"]
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        admin.create_topics([NewTopic("frozen", num_partitions=1, replication_factor=1)])["frozen"].result(10)
+
+        ec.freeze("a")
+        err = _produce(a.bootstrap, "frozen", b"stalled", timeout_ms=1500)
+        assert err is not None
+        _round_trip(ec.brokers["b"].bootstrap)  # the other cluster is unaffected
+
+        ec.thaw("a")
+        assert _produce(a.bootstrap, "frozen", b"back") is None
+        ec.freeze("a")  # left frozen on purpose: exit must still stop it
+        pids = [b.pid for b in ec.brokers.values()]
+        state_dir = ec.state_dir
+    assert not any(_alive(pid) for pid in pids)
+    assert not state_dir.exists()
+
+
+def test_freeze_unknown_cluster(state_dir: Path) -> None:
+    with pytest.raises(NotFound):
+        local.freeze("nosuch", state_dir)
+
+
+def test_down_stops_only_our_brokers(state_dir: Path) -> None:
+    brokers = local.up(["alpha", "beta"], state_dir)
+    foreign = subprocess.Popen(["sleep", "100"])
+    try:
+        state = json.loads((state_dir / "state.json").read_text())
+        # A stale record whose PID now belongs to someone else, even on a broker's port.
+        state["gamma"] = {"port": brokers[0].port, "pid": foreign.pid, "log": "x"}
+        (state_dir / "state.json").write_text(json.dumps(state))
+
+        assert local.down(state_dir, ["beta"]) == ["beta"]
+        assert not _alive(brokers[1].pid) and _alive(brokers[0].pid)
+        assert list(yaml.safe_load(local.registry_path(state_dir).read_text())["clusters"]) == [
+            "alpha",
+            "gamma",
+        ]
+
+        assert sorted(local.down(state_dir)) == ["alpha"]
+        assert not _alive(brokers[0].pid)
+        assert foreign.poll() is None and _alive(foreign.pid)
+        assert local.status(state_dir) == []
+        assert not local.registry_path(state_dir).exists()
+        assert local.down(state_dir) == []
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_default_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("STREAMREPL_LOCAL_DIR", str(tmp_path))
+    assert local.default_state_dir() == tmp_path
+    assert local.registry_path() == tmp_path / "clusters.yaml"
+    monkeypatch.delenv("STREAMREPL_LOCAL_DIR")
+    assert local.default_state_dir() == Path(os.path.expanduser("~/.local/state/streamrepl/local"))
+
+
+def test_broker_that_fails_to_start_reports_its_log(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "fake-tansu"
+    fake.write_text("#!/bin/sh\necho 'error: address already in use' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CALF_TANSU_BIN", str(fake))
+    with pytest.raises(Unreachable, match="address already in use"):
+        local.up(["alpha"], state_dir)
+    assert local.status(state_dir) == []
