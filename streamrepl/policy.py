@@ -23,16 +23,17 @@ since the copy's own topics are CreateTime (so that the source's timestamps surv
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 ORIGIN = "streamrepl.origin"
 FILLER = "streamrepl.filler"
 TSTYPE = "streamrepl.tstype"
 OWN_HEADERS = frozenset({ORIGIN, FILLER, TSTYPE})
 
-Header = tuple[str, bytes | None]
+Header = tuple[str, Any]
 
 
-def origin_of(headers: Sequence[Header] | None, own_uuid: str) -> str:
+def origin_of(headers: Any, own_uuid: str) -> str:
     """The origin UUID of a record read from the stream whose UUID is `own_uuid`."""
     if headers:
         for k, v in headers:
@@ -41,11 +42,11 @@ def origin_of(headers: Sequence[Header] | None, own_uuid: str) -> str:
     return own_uuid
 
 
-def is_filler(headers: Sequence[Header] | None) -> bool:
+def is_filler(headers: Any) -> bool:
     return bool(headers) and any(k == FILLER for k, _ in headers or ())
 
 
-def copy_headers(headers: Sequence[Header] | None, source_uuid: str, logappend: bool = False) -> list[Header]:
+def copy_headers(headers: Any, source_uuid: str, logappend: bool = False) -> list[Header]:
     """Headers for the copy of a record read from the stream `source_uuid`."""
     out = list(headers or ())
     if not any(k == ORIGIN for k, _ in out):
@@ -59,6 +60,6 @@ def filler_headers(origin_uuid: str) -> list[Header]:
     return [(ORIGIN, origin_uuid.encode()), (FILLER, b"1")]
 
 
-def user_headers(headers: Sequence[Header] | None) -> list[Header]:
+def user_headers(headers: Any) -> list[Header]:
     """The headers a producer set, without the ones replication adds."""
     return [(k, v) for k, v in (headers or ()) if k not in OWN_HEADERS]
