@@ -14,7 +14,7 @@ check fails, and the partition stops with a ReplicaConflict rather than going on
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -85,7 +85,7 @@ class OffsetPreservingWriter:
         last = msgs[-1] if msgs else None
         queued = 0
         for m in msgs:
-            o = m.offset()
+            o = cast(int, m.offset())
             headers = m.headers()
             origin = policy.origin_of(headers, self.src_uuid)
             if self.origin is None and origin != self.dst_uuid:

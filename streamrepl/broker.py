@@ -11,7 +11,7 @@ import errno
 import time
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -195,7 +195,7 @@ def true_end(c: Consumer, tp: TopicPartition, timeout: float = REQUEST_TIMEOUT) 
             for m in msgs:
                 err = m.error()
                 if err is None:
-                    end = max(end, m.offset() + 1)
+                    end = max(end, cast(int, m.offset()) + 1)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     done = True
             if done:
@@ -218,7 +218,7 @@ def last_record(c: Consumer, tp: TopicPartition, end: int) -> Message | None:
                 continue
             if m.error() is None:
                 return m if m.offset() == end - 1 else None
-            if m.error().code() == KafkaError._PARTITION_EOF:
+            if cast(KafkaError, m.error()).code() == KafkaError._PARTITION_EOF:
                 return None
         return None
     finally:

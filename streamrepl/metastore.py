@@ -20,7 +20,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -83,8 +83,9 @@ class MetaStore:
                         if err.code() == KafkaError._PARTITION_EOF:
                             eof = True
                         continue
-                    _fold(state, m.key(), m.value(), m.offset())
-                    if until is not None and m.offset() >= until:
+                    offset = cast(int, m.offset())
+                    _fold(state, m.key(), m.value(), offset)
+                    if until is not None and offset >= until:
                         return state
                 if eof and until is None:
                     return state
