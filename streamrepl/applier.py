@@ -78,8 +78,13 @@ class OffsetPreservingWriter:
 
         return check
 
-    def write(self, msgs: Sequence[Message]) -> int:
-        """Queue the records at or after `next`; returns how many were queued (fillers included)."""
+    def write(self, msgs: Sequence[Message], src_uuid: str | None = None) -> int:
+        """Queue the records at or after `next`; returns how many were queued (fillers included).
+
+        `src_uuid` names the stream the records were read from when a partition has several
+        upstreams (defaults to the one given at construction).
+        """
+        source = src_uuid or self.src_uuid
         produce = self.producer.produce
         topic, partition = self.topic, self.partition
         last = msgs[-1] if msgs else None
@@ -87,18 +92,20 @@ class OffsetPreservingWriter:
         for m in msgs:
             o = cast(int, m.offset())
             headers = m.headers()
-            origin = policy.origin_of(headers, self.src_uuid)
-            if self.origin is None and origin != self.dst_uuid:
+            origin = policy.origin_of(headers, source)
+            if origin == self.dst_uuid:
+                # Published here first: never applied back (multi-master loops end here).
+                self.skipped += 1
+                continue
+            if self.origin is None:
                 self.origin = origin
             if o < self.next:
                 # Already in place (a second path, or a rerun); it must still be of the same origin.
-                if origin != self.origin and origin != self.dst_uuid:
+                if origin != self.origin:
                     raise self._conflict(f"offset {o} comes from stream {origin}, the replica holds {self.origin}")
                 self.skipped += 1
                 continue
             if origin != self.origin:
-                if origin == self.dst_uuid:
-                    raise self._conflict(f"offset {o} originated in this replica but is missing from it")
                 raise self._conflict(
                     f"offset {o} comes from stream {origin} while this partition holds records of {self.origin}"
                     " (the same topic is written in two streams)"
@@ -118,7 +125,7 @@ class OffsetPreservingWriter:
                 value=value,
                 key=m.key(),
                 partition=partition,
-                headers=policy.copy_headers(headers, self.src_uuid, ts_type == LOG_APPEND_TIME),
+                headers=policy.copy_headers(headers, source, ts_type == LOG_APPEND_TIME),
                 timestamp=ts if ts > 0 else 0,
                 **kwargs,
             )
@@ -134,8 +141,13 @@ class OffsetPreservingWriter:
         n = 0
         while self.next < end:
             cb = {"on_delivery": self._delivered(self.next)} if self.next == end - 1 else {}
-            self.producer.produce(self.topic, partition=self.partition,
-                                  headers=policy.filler_headers(self.origin or self.src_uuid), timestamp=0, **cb)
+            self.producer.produce(
+                self.topic,
+                partition=self.partition,
+                headers=policy.filler_headers(self.origin or self.src_uuid),
+                timestamp=0,
+                **cb,
+            )
             self.next += 1
             n += 1
         return n
@@ -151,4 +163,6 @@ def flush(producer: Producer, writers: Iterable[OffsetPreservingWriter], timeout
     for w in writers:
         w.raise_errors()
     if left:
-        raise StreamreplError(f"{left} records were not acknowledged within {timeout:.0f}s; the destination is slow or down")
+        raise StreamreplError(
+            f"{left} records were not acknowledged within {timeout:.0f}s; the destination is slow or down"
+        )

@@ -39,6 +39,7 @@ ROOT_COMMANDS = {
     "stream": "streamrepl.commands.stream:stream",
     "cluster": "streamrepl.commands.cluster:cluster",
     "local": "streamrepl.commands.local:local",
+    "gateway": "streamrepl.commands.gateway:gateway",
 }
 
 

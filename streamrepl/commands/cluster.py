@@ -7,7 +7,7 @@ import click
 from ..cli import CONTEXT_SETTINGS, LazyGroup
 from .common import app, handles_errors, opt, output
 
-SUBGROUPS: dict[str, str] = {}
+SUBGROUPS: dict[str, str] = {"gateway": "streamrepl.commands.gateway:cluster_gateway"}
 
 
 @click.group(cls=LazyGroup, lazy=SUBGROUPS, context_settings=CONTEXT_SETTINGS)

@@ -38,9 +38,13 @@ BOOL = BoolWord()
 
 
 def opt(name: str, *decls: str, **kwargs: Any) -> Callable:
-    """An option spelled maprcli's way (`-name value`), with `--name` accepted too."""
-    dest = name.replace(".", "_").replace("-", "_")
-    return click.option(f"-{name}", f"--{name}", *decls, dest, **kwargs)
+    """An option spelled maprcli's way (`-name value`), with `--name` accepted too.
+
+    A bare identifier among `decls` names the Python parameter (default: the option name).
+    """
+    dest = next((d for d in decls if not d.startswith("-")), name.replace(".", "_").replace("-", "_"))
+    flags = [d for d in decls if d.startswith("-")]
+    return click.option(f"-{name}", f"--{name}", *flags, dest, **kwargs)
 
 
 @dataclass

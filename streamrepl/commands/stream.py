@@ -9,6 +9,8 @@ from .common import BOOL, app, handles_errors, opt, output, require
 
 SUBGROUPS = {
     "topic": "streamrepl.commands.topic:topic",
+    "replica": "streamrepl.commands.replica:replica",
+    "upstream": "streamrepl.commands.replica:upstream",
 }
 
 PERM_OPTIONS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")

@@ -1,0 +1,55 @@
+"""`streamrepl gateway ...` (the worker) and `streamrepl cluster gateway ...` (who is running)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from ..cli import CONTEXT_SETTINGS
+from .common import app, handles_errors, opt, output, require
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def gateway() -> None:
+    """Run the workers that apply replicated records in a destination cluster."""
+
+
+@gateway.command("start", context_settings=CONTEXT_SETTINGS)
+@opt("cluster", metavar="NAME", help="Destination cluster whose replicas this gateway feeds.")
+@opt("id", "gateway_id", metavar="NAME", help="Gateway name (default: <host>-<pid>).")
+@opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@handles_errors
+def start_cmd(cluster: str, gateway_id: str | None, loglevel: str, **_: object) -> None:
+    """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster."""
+    from ..errors import InvalidArgument
+    from ..gateway import run_foreground
+
+    level = getattr(logging, loglevel.upper(), None)
+    if not isinstance(level, int):
+        raise InvalidArgument(f"-loglevel {loglevel} is not a level; use DEBUG, INFO, WARNING or ERROR")
+    reg = app().registry
+    reg.get(require(cluster, "cluster"))
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    run_foreground(reg, cluster, gateway_id)
+
+
+@click.group("gateway", context_settings=CONTEXT_SETTINGS)
+def cluster_gateway() -> None:
+    """Which gateways run, and what each of them replicates."""
+
+
+@cluster_gateway.command("list", context_settings=CONTEXT_SETTINGS)
+@opt("dstcluster", metavar="NAME", help="Only this destination cluster (default: all).")
+@handles_errors
+def list_cmd(dstcluster: str | None) -> None:
+    """Show the live gateways of each destination cluster and the partitions each applies."""
+    from ..gateway_info import live_gateways
+
+    reg = app().registry
+    names = [dstcluster] if dstcluster else list(reg.clusters)
+    rows = []
+    for name in names:
+        rows.extend(live_gateways(reg.get(name)))
+    output(rows)

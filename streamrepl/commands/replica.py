@@ -1,0 +1,138 @@
+"""`streamrepl stream replica ...` and `streamrepl stream upstream ...`."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import CONTEXT_SETTINGS, LazyGroup
+from .common import BOOL, app, handles_errors, opt, output, require
+
+REPLICA_SUBCOMMANDS: dict[str, str] = {}
+
+
+@click.group(cls=LazyGroup, lazy=REPLICA_SUBCOMMANDS, context_settings=CONTEXT_SETTINGS)
+def replica() -> None:
+    """Register, change and inspect the replicas of a stream."""
+
+
+def _link(f: click.decorators.FC) -> click.decorators.FC:
+    f = opt("replica", metavar="PATH", help="Replica stream path.")(f)
+    return opt("path", metavar="PATH", help="Source stream path.")(f)
+
+
+@replica.command("add", context_settings=CONTEXT_SETTINGS)
+@_link
+@opt("paused", type=BOOL, default=False, help="Register the replica paused (default false).")
+@opt("throttle", type=BOOL, default=False, help="Cap the replication rate of this link (default false).")
+@opt("synchronous", type=BOOL, default=False, help="Acknowledge producers only once replicated (default false).")
+@opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters (default false).")
+@opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression (default: the stream's).")
+@handles_errors
+def add_cmd(path: str, replica: str, **kw: object) -> None:
+    """Register an existing stream as a replica of this stream (needs adminperm)."""
+    from .. import replicas
+
+    replicas.add(app().registry, require(path, "path"), require(replica, "replica"), **kw)  # type: ignore[arg-type]
+    output([])
+
+
+@replica.command("edit", context_settings=CONTEXT_SETTINGS)
+@_link
+@opt("newreplica", metavar="PATH", help="A new replica stream to replicate to instead.")
+@opt("throttle", type=BOOL, help="Cap the replication rate of this link.")
+@opt("synchronous", type=BOOL, help="Acknowledge producers only once replicated.")
+@opt("networkencryption", type=BOOL, help="Require TLS to both clusters.")
+@opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression.")
+@handles_errors
+def edit_cmd(path: str, replica: str, **kw: object) -> None:
+    """Change how messages are replicated to a replica (needs adminperm)."""
+    from .. import replicas
+
+    replicas.edit(app().registry, require(path, "path"), require(replica, "replica"), **kw)  # type: ignore[arg-type]
+    output([])
+
+
+@replica.command("remove", context_settings=CONTEXT_SETTINGS)
+@_link
+@handles_errors
+def remove_cmd(path: str, replica: str) -> None:
+    """Unregister a replica; the replica stream itself stays (needs adminperm)."""
+    from .. import replicas
+
+    replicas.remove(app().registry, require(path, "path"), require(replica, "replica"))
+    output([])
+
+
+@replica.command("pause", context_settings=CONTEXT_SETTINGS)
+@_link
+@handles_errors
+def pause_cmd(path: str, replica: str) -> None:
+    """Pause replication to a replica."""
+    from .. import replicas
+
+    replicas.set_paused(app().registry, require(path, "path"), require(replica, "replica"), True)
+    output([])
+
+
+@replica.command("resume", context_settings=CONTEXT_SETTINGS)
+@_link
+@handles_errors
+def resume_cmd(path: str, replica: str) -> None:
+    """Resume replication to a replica from where it stopped."""
+    from .. import replicas
+
+    replicas.set_paused(app().registry, require(path, "path"), require(replica, "replica"), False)
+    output([])
+
+
+@replica.command("list", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Source stream path.")
+@opt("refreshnow", type=BOOL, default=False, help="Accepted for maprcli scripts; figures are always live.")
+@handles_errors
+def list_cmd(path: str, refreshnow: bool) -> None:
+    """List the replicas of a stream, their state and pending work."""
+    from .. import replicas
+
+    output(replicas.list_replicas(app().registry, require(path, "path"), refreshnow))
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def upstream() -> None:
+    """Declare which streams may replicate into a stream."""
+
+
+def _up(f: click.decorators.FC) -> click.decorators.FC:
+    f = opt("upstream", metavar="PATH", help="Upstream (source) stream path.")(f)
+    return opt("path", metavar="PATH", help="Stream path (the replica).")(f)
+
+
+@upstream.command("add", context_settings=CONTEXT_SETTINGS)
+@_up
+@handles_errors
+def upstream_add_cmd(path: str, upstream: str) -> None:
+    """Accept a stream as an upstream source of this stream (needs adminperm)."""
+    from .. import replicas
+
+    replicas.upstream_add(app().registry, require(path, "path"), require(upstream, "upstream"))
+    output([])
+
+
+@upstream.command("remove", context_settings=CONTEXT_SETTINGS)
+@_up
+@handles_errors
+def upstream_remove_cmd(path: str, upstream: str) -> None:
+    """Stop accepting a stream as an upstream source (needs adminperm)."""
+    from .. import replicas
+
+    replicas.upstream_remove(app().registry, require(path, "path"), require(upstream, "upstream"))
+    output([])
+
+
+@upstream.command("list", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="Stream path.")
+@handles_errors
+def upstream_list_cmd(path: str) -> None:
+    """List the streams that replicate into this stream."""
+    from .. import replicas
+
+    output(replicas.upstream_list(app().registry, require(path, "path")))

@@ -1,0 +1,399 @@
+"""The gateway: a worker on the destination side that applies source records to replicas.
+
+Gateways of one destination cluster share the work through Kafka's own consumer-group
+protocol. Each joins the group `streamrepl-gateways-<cluster>` on a slot topic of
+SLOTS partitions in the destination cluster; the round-robin assignor spreads the
+slots over the live gateways, and each destination partition hashes to one slot, so
+exactly one live gateway owns it. When a gateway dies its slots (and partitions) move
+to the others; when all are down, the sources keep the data and the first gateway back
+carries on from each replica partition's real end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from . import broker, links, status, topics
+from .applier import OffsetPreservingWriter, ReplicaConflict, resume_point
+from .errors import StreamreplError
+from .paths import kafka_topic_name
+from .registry import Registry
+from .streams import Resolved, kafka_configs
+
+log = logging.getLogger("streamrepl.gateway")
+
+SLOT_TOPIC = "__streamrepl_gateway_slots"
+SLOTS = 64
+REFRESH_SECONDS = 2.0
+REPORT_SECONDS = 5.0
+THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # records/s per partition
+BATCH = 10000
+
+
+def slot_of(unit: links.Unit) -> int:
+    return zlib.crc32(unit.key.encode()) % SLOTS
+
+
+@dataclass
+class UnitState:
+    unit: links.Unit
+    writer: OffsetPreservingWriter
+    feeds: dict[str, tuple[links.Link, TopicPartition]] = field(default_factory=dict)  # link name -> source tp
+    throttled_until: float = 0.0
+    reported: tuple[str, int] = ("", -1)
+
+
+class Gateway:
+    def __init__(self, reg: Registry, cluster: str, gateway_id: str | None = None):
+        self.reg = reg
+        self.cluster = reg.get(cluster)
+        self.id = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.stopping = False
+        self.slots: set[int] = set()
+        self.units: dict[links.Unit, UnitState] = {}
+        self.errored: dict[links.Unit, str] = {}
+        self.sources: dict[str, Consumer] = {}  # link name -> consumer of the source partitions
+        self.by_source: dict[tuple[str, str, int], links.Unit] = {}  # (link, src topic, partition) -> unit
+        self.plan: links.Plan | None = None
+        self.applied = 0
+        self.bytes = 0
+        self.rebalances = 0
+        self.producer = broker.producer(
+            self.cluster,
+            **{
+                "linger.ms": 5,
+                "batch.num.messages": 10000,
+                "queue.buffering.max.messages": 1000000,
+                "queue.buffering.max.kbytes": 1048576,
+                # Records wait for a frozen destination instead of expiring, so a stall never shifts offsets.
+                "message.timeout.ms": 0,
+                "client.id": f"streamrepl-gateway-{self.id}",
+            },
+        )
+        self.reader = broker.consumer(self.cluster)
+        self.group: Consumer | None = None
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _ensure_internal_topics(self) -> None:
+        existing = broker.topics(self.cluster)
+        if SLOT_TOPIC not in existing:
+            try:
+                broker.create_topics(self.cluster, [(SLOT_TOPIC, SLOTS, {})])
+            except StreamreplError:
+                if SLOT_TOPIC not in broker.topics(self.cluster):
+                    raise
+        status.ensure_topic(self.cluster)
+
+    def _join(self) -> None:
+        self.group = broker.consumer(
+            self.cluster,
+            group=f"streamrepl-gateways-{self.cluster.name}",
+            **{
+                "client.id": self.id,
+                "partition.assignment.strategy": "roundrobin",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+                "enable.partition.eof": False,
+            },
+        )
+        self.group.subscribe(
+            [SLOT_TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+
+    def _on_assign(self, _: Consumer, parts: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        self.slots = {tp.partition for tp in parts}
+        log.info("gateway %s owns %d slots", self.id, len(self.slots))
+        self._next_refresh = 0.0
+
+    def _on_revoke(self, _: Consumer, parts: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        lost = {tp.partition for tp in parts}
+        # Everything queued for the partitions we give up must land before another gateway starts on them.
+        self.producer.flush(30)
+        for unit in [u for u in self.units if slot_of(u) in lost]:
+            self._drop(unit)
+        self.slots -= lost
+        log.info("gateway %s gave up %d slots", self.id, len(lost))
+
+    # -- units --------------------------------------------------------------------------------
+    def _source_consumer(self, link: links.Link) -> Consumer:
+        c = self.sources.get(link.name)
+        if c is None:
+            c = broker.consumer(link.src_cluster, **{"fetch.wait.max.ms": 50, "queued.min.messages": 200000})
+            self.sources[link.name] = c
+        return c
+
+    def _ensure_topics(self, plan: links.Plan) -> None:
+        present = broker.topics(self.cluster)
+        for (dst, topic), n in plan.topics.items():
+            kt = kafka_topic_name(dst, topic)
+            if kt in present:
+                continue
+            r = Resolved(dst, self.cluster)
+            rec = r.store.get(dst.path)
+            if rec is None:
+                continue
+            try:
+                # Replica topics stamp CreateTime so that the source's timestamps survive the copy.
+                broker.create_topics(self.cluster, [(kt, n, kafka_configs(rec, "createtime"))])
+            except StreamreplError as e:
+                if kt not in broker.topics(self.cluster):
+                    log.error("cannot create %s: %s", kt, e)
+                    continue
+            topics.register_existing(r, topic, n)
+            log.info("created topic %s:%s (%d partitions)", dst, topic, n)
+
+    def _acquire(self, unit: links.Unit, feeds: list[tuple[links.Link, str]]) -> None:
+        dst_kt = kafka_topic_name(unit.dst, unit.topic)
+        dst_uuid = feeds[0][0].dst_uuid
+        end, origin = resume_point(self.reader, TopicPartition(dst_kt, unit.partition), dst_uuid)
+        writer = OffsetPreservingWriter(
+            self.producer, dst_kt, unit.partition, end, dst_uuid, feeds[0][0].src_uuid, origin, label=unit.key
+        )
+        state = UnitState(unit, writer)
+        self.units[unit] = state
+        for link, src_kt in feeds:
+            self._add_feed(state, link, src_kt)
+        log.info("acquired %s at offset %d", unit.key, end)
+
+    def _add_feed(self, state: UnitState, link: links.Link, src_kt: str) -> None:
+        tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
+        self._source_consumer(link).incremental_assign([tp])
+        state.feeds[link.name] = (link, tp)
+        self.by_source[(link.name, src_kt, tp.partition)] = state.unit
+
+    def _remove_feed(self, state: UnitState, name: str) -> None:
+        link, tp = state.feeds.pop(name)
+        c = self.sources.get(name)
+        if c is not None:
+            try:
+                c.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.by_source.pop((name, tp.topic, tp.partition), None)
+
+    def _drop(self, unit: links.Unit) -> None:
+        state = self.units.pop(unit, None)
+        if state is None:
+            return
+        for name in list(state.feeds):
+            self._remove_feed(state, name)
+
+    def _fail(self, unit: links.Unit, error: str) -> None:
+        log.error("%s", error)
+        self.errored[unit] = error
+        self._drop(unit)
+        self._report(unit, "error", error)
+
+    # -- refresh: follow the metadata -----------------------------------------------------------
+    def refresh(self) -> None:
+        plan = links.discover(self.reg, self.cluster.name)
+        for p in plan.problems:
+            log.warning("%s", p)
+        self._ensure_topics(plan)
+        self.plan = plan
+        present = broker.topics(self.cluster)
+        wanted = {u: f for u, f in plan.units.items() if slot_of(u) in self.slots}
+        for unit in [u for u in self.units if u not in wanted]:
+            self.producer.flush(30)
+            self._drop(unit)
+        for unit, feeds in wanted.items():
+            if unit in self.errored:
+                continue
+            if kafka_topic_name(unit.dst, unit.topic) not in present:
+                continue
+            state = self.units.get(unit)
+            if state is None:
+                try:
+                    self._acquire(unit, feeds)
+                except ReplicaConflict as e:
+                    self._fail(unit, str(e))
+                except Exception as e:  # noqa: BLE001 - retried on the next refresh
+                    log.warning("cannot start %s yet: %s", unit.key, e)
+                continue
+            names = {link.name for link, _ in feeds}
+            for name in [n for n in state.feeds if n not in names]:
+                self._remove_feed(state, name)
+            for link, src_kt in feeds:
+                if link.name not in state.feeds:
+                    self._add_feed(state, link, src_kt)
+        live = {link.name for link in plan.links}
+        for name in [n for n in self.sources if n not in live]:
+            self.sources.pop(name).close()
+
+    # -- the hot path ---------------------------------------------------------------------------
+    def _apply(self, link: links.Link, msgs: list[Message]) -> int:
+        """Hand a batch from one source consumer to the units it feeds; returns records seen."""
+        by_tp: dict[tuple[str, int], list[Message]] = {}
+        eofs: list[Message] = []
+        for m in msgs:
+            if m.error() is None:
+                by_tp.setdefault((m.topic(), m.partition()), []).append(m)  # type: ignore[arg-type]
+            elif m.error().code() == KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+                eofs.append(m)
+            else:
+                log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
+        for (topic, partition), batch in by_tp.items():
+            unit = self.by_source.get((link.name, topic, partition))
+            state = self.units.get(unit) if unit else None
+            if state is None:
+                continue
+            self._write(state, link, batch)
+        for m in eofs:
+            unit = self.by_source.get((link.name, m.topic(), m.partition()))  # type: ignore[arg-type]
+            state = self.units.get(unit) if unit else None
+            if state is not None and m.offset() > state.writer.next:  # type: ignore[operator]
+                # Offsets at the end of the source with no visible record (a transaction marker).
+                state.writer.fill_to(m.offset())  # type: ignore[arg-type]
+        return len(msgs)
+
+    def _write(self, state: UnitState, link: links.Link, batch: list[Message]) -> None:
+        while True:
+            try:
+                before = state.writer.records
+                state.writer.write(batch, link.src_uuid)
+                self.applied += state.writer.records - before
+                break
+            except BufferError:
+                # The destination is behind: let it drain, then go on from where the writer stopped.
+                self.producer.poll(0.2)
+                batch = [m for m in batch if m.offset() >= state.writer.next]  # type: ignore[operator]
+            except ReplicaConflict as e:
+                self._fail(state.unit, str(e))
+                return
+        if link.throttle:
+            c = self.sources.get(link.name)
+            tp = state.feeds[link.name][1]
+            if c is not None:
+                state.throttled_until = time.monotonic() + len(batch) / THROTTLE_RATE
+                c.pause([TopicPartition(tp.topic, tp.partition)])
+
+    def _unthrottle(self) -> None:
+        now = time.monotonic()
+        for state in self.units.values():
+            if state.throttled_until and state.throttled_until <= now:
+                state.throttled_until = 0.0
+                for name, (_, tp) in state.feeds.items():
+                    c = self.sources.get(name)
+                    if c is not None:
+                        c.resume([TopicPartition(tp.topic, tp.partition)])
+
+    def _check_writes(self) -> None:
+        for unit, state in list(self.units.items()):
+            if state.writer.errors:
+                self._fail(
+                    unit, f"{state.writer.label}: {state.writer.errors[0]}; replication of this partition stopped"
+                )
+
+    # -- reporting ----------------------------------------------------------------------------
+    def _report(self, unit: links.Unit, state: str, error: str = "") -> None:
+        feeds = self.units[unit].feeds if unit in self.units else {}
+        names = [link.src for link, _ in feeds.values()] or [
+            link.src for link, _ in (self.plan.units.get(unit, []) if self.plan else [])
+        ]
+        nxt = self.units[unit].writer.next if unit in self.units else -1
+        for src in names:
+            body = {"state": state, "error": error, "gateway": self.id, "next": nxt, "updated": int(time.time() * 1000)}
+            self.producer.produce(
+                status.STATUS_TOPIC,
+                key=status.unit_key(str(unit.dst), str(src), unit.topic, unit.partition).encode(),
+                value=json.dumps(body).encode(),
+            )
+
+    def report(self) -> None:
+        for unit, st in self.units.items():
+            mark = ("ok", st.writer.next)
+            if st.reported != mark:
+                self._report(unit, "ok")
+                st.reported = mark
+        body = {
+            "gateway": self.id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slots": sorted(self.slots),
+            "units": sorted(u.key for u in self.units),
+            "applied": self.applied,
+            "errors": len(self.errored),
+            "updated": int(time.time() * 1000),
+        }
+        self.producer.produce(
+            status.STATUS_TOPIC, key=status.gateway_key(self.id).encode(), value=json.dumps(body).encode()
+        )
+
+    # -- main loop ----------------------------------------------------------------------------
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def run(self, max_seconds: float | None = None) -> None:
+        self._ensure_internal_topics()
+        self._join()
+        assert self.group is not None
+        self._next_refresh = 0.0
+        next_report = 0.0
+        started = time.monotonic()
+        log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
+        try:
+            while not self.stopping:
+                now = time.monotonic()
+                if max_seconds is not None and now - started > max_seconds:
+                    break
+                self.group.poll(0)  # drives heartbeats and rebalances
+                if now >= self._next_refresh:
+                    self._next_refresh = now + REFRESH_SECONDS
+                    try:
+                        self.refresh()
+                    except StreamreplError as e:
+                        log.warning("cannot read replication metadata: %s", e)
+                busy = 0
+                for name, c in list(self.sources.items()):
+                    link = next((state.feeds[name][0] for state in self.units.values() if name in state.feeds), None)
+                    if link is None:
+                        continue
+                    msgs = c.consume(BATCH, timeout=0)
+                    if msgs:
+                        busy += self._apply(link, msgs)
+                self.producer.poll(0)
+                self._check_writes()
+                self._unthrottle()
+                if now >= next_report:
+                    next_report = now + REPORT_SECONDS
+                    self.report()
+                if not busy:
+                    time.sleep(0.01)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        log.info("gateway %s stopping", self.id)
+        body = {"gateway": self.id, "stopped": True, "updated": int(time.time() * 1000)}
+        self.producer.produce(
+            status.STATUS_TOPIC, key=status.gateway_key(self.id).encode(), value=json.dumps(body).encode()
+        )
+        left = self.producer.flush(30)
+        if left:
+            log.error("%d records were not acknowledged before shutdown", left)
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+        for c in self.sources.values():
+            c.close()
+        self.sources.clear()
+        self.reader.close()
+
+
+def run_foreground(reg: Registry, cluster: str, gateway_id: str | None = None) -> None:
+    gw = Gateway(reg, cluster, gateway_id)
+    signal.signal(signal.SIGTERM, gw.stop)
+    signal.signal(signal.SIGINT, gw.stop)
+    gw.run()

@@ -1,0 +1,104 @@
+"""Which replication links run into a destination cluster, read from the streams' metadata.
+
+A link runs only when the two halves agree (the source lists the replica, the replica
+lists the source as upstream), it is not paused, and no bulk copy (autosetup) owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .metastore import MetaStore, Record
+from .paths import StreamPath, kafka_topic_name
+from .registry import Cluster, Registry
+
+log = logging.getLogger("streamrepl.links")
+
+#: Link states in which gateways apply records (the others belong to autosetup's copy).
+RUNNING_STATES = {"REPLICA_STATE_REPLICATING", None, ""}
+
+
+@dataclass(frozen=True)
+class Link:
+    src: StreamPath
+    src_cluster: Cluster
+    src_uuid: str
+    dst: StreamPath
+    dst_uuid: str
+    throttle: bool
+    compression: str
+    added: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}->{self.dst}"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A destination partition: the unit of work a gateway owns."""
+
+    dst: StreamPath
+    topic: str
+    partition: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.dst}:{self.topic}[{self.partition}]"
+
+
+@dataclass
+class Plan:
+    links: list[Link]
+    #: destination partition -> the links (and source Kafka topic) that feed it
+    units: dict[Unit, list[tuple[Link, str]]]
+    #: destination Kafka topics the plan needs: (dst stream, topic) -> (partitions, src topic meta)
+    topics: dict[tuple[StreamPath, str], int]
+    problems: list[str]
+
+
+def discover(reg: Registry, dst_cluster: str) -> Plan:
+    dst_c = reg.get(dst_cluster)
+    plan = Plan([], {}, {}, [])
+    stores: dict[str, dict[str, Record]] = {}
+
+    def streams_of(cluster: Cluster) -> dict[str, Record]:
+        if cluster.name not in stores:
+            stores[cluster.name] = MetaStore(cluster).streams()
+        return stores[cluster.name]
+
+    for path, rec in streams_of(dst_c).items():
+        dst = StreamPath(dst_cluster, path)
+        for up in rec.get("upstreams", []):
+            try:
+                src_c = reg.get(up["cluster"])
+                srec = streams_of(src_c).get(up["stream"])
+            except Exception as e:  # noqa: BLE001 - one unreachable source must not stop the others
+                plan.problems.append(f"upstream {up['path']} of {dst}: {e}")
+                continue
+            if srec is None:
+                plan.problems.append(f"upstream {up['path']} of {dst} does not exist")
+                continue
+            entry = next((e for e in srec.get("replicas", []) if e["path"] == str(dst)), None)
+            if entry is None or entry.get("paused") or entry.get("state") not in RUNNING_STATES:
+                continue
+            link = Link(
+                StreamPath(up["cluster"], up["stream"]),
+                src_c,
+                srec["uuid"],
+                dst,
+                rec["uuid"],
+                bool(entry.get("throttle")),
+                entry.get("networkcompression", "lz4"),
+                int(entry.get("added", 0)),
+            )
+            plan.links.append(link)
+            for topic, meta in srec.get("topics", {}).items():
+                n = int(meta["partitions"])
+                key = (dst, topic)
+                plan.topics[key] = max(plan.topics.get(key, 0), n)
+                src_kt = kafka_topic_name(link.src, topic)
+                for p in range(n):
+                    plan.units.setdefault(Unit(dst, topic, p), []).append((link, src_kt))
+    return plan
