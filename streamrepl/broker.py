@@ -61,6 +61,8 @@ def consumer(cluster: Cluster, group: str | None = None, **extra: Any) -> Consum
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
+        # Readers want what is there now, not to wait for more: commands must feel instant.
+        "fetch.wait.max.ms": 10,
     }
     conf.update(extra)
     return Consumer(client_config(cluster, **conf))
@@ -90,9 +92,7 @@ broker_retry = retry(
 )
 
 
-def topics(
-    cluster: Cluster, client: AdminClient | None = None, timeout: float = REQUEST_TIMEOUT
-) -> dict[str, int]:
+def topics(cluster: Cluster, client: AdminClient | None = None, timeout: float = REQUEST_TIMEOUT) -> dict[str, int]:
     """Kafka topic name -> partition count."""
     client = client or admin(cluster)
     try:
@@ -118,16 +118,12 @@ def _wait(futures: dict[Any, Any], cluster: Cluster, what: str) -> None:
             err = e.args[0]
             code = err.code() if isinstance(err, KafkaError) else None
             if code == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise AlreadyExists(
-                    f"Kafka topic '{name}' already exists on cluster '{cluster.name}'"
-                ) from None
+                raise AlreadyExists(f"Kafka topic '{name}' already exists on cluster '{cluster.name}'") from None
             if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise NotFound(f"Kafka topic '{name}' does not exist on cluster '{cluster.name}'") from None
             if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
                 raise unreachable(cluster, what) from None
-            raise StreamreplError(
-                f"{what} '{name}' failed on cluster '{cluster.name}': {err.str()}"
-            ) from None
+            raise StreamreplError(f"{what} '{name}' failed on cluster '{cluster.name}': {err.str()}") from None
         except TimeoutError:
             raise unreachable(cluster, what) from None
 
@@ -175,32 +171,41 @@ def set_topic_configs(cluster: Cluster, names: Iterable[str], configs: dict[str,
 
 
 def true_end(c: Consumer, tp: TopicPartition, timeout: float = REQUEST_TIMEOUT) -> int:
-    """The offset after the last record of a partition.
+    """The offset after the last record of a partition (see true_ends)."""
+    return true_ends(c, [tp], timeout)[(tp.topic, tp.partition)]
+
+
+def true_ends(c: Consumer, tps: list[TopicPartition], timeout: float = REQUEST_TIMEOUT) -> dict[tuple[str, int], int]:
+    """The offset after the last record of each partition.
 
     Some brokers (Tansu) report as high watermark the base offset of the last batch + 1,
-    so the watermark alone can under-count: read from just before it to the real end.
+    so the watermark alone can under-count: read each partition from just before it to
+    its real end, all partitions at once.
     """
-    low, high = c.get_watermark_offsets(tp, timeout=timeout, cached=False)
-    if high <= low:
-        return high
-    end = high
-    c.assign([TopicPartition(tp.topic, tp.partition, max(low, high - 1))])
+    ends: dict[tuple[str, int], int] = {}
+    start: list[TopicPartition] = []
+    for tp in tps:
+        low, high = c.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        ends[(tp.topic, tp.partition)] = high
+        if high > low:
+            start.append(TopicPartition(tp.topic, tp.partition, max(low, high - 1)))
+    if not start:
+        return ends
+    waiting = {(tp.topic, tp.partition) for tp in start}
+    c.assign(start)
     deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
-            msgs = c.consume(10000, timeout=0.5)
-            if not msgs:
-                continue
-            done = False
-            for m in msgs:
+        while waiting:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading the end of {len(waiting)} partitions timed out")
+            for m in c.consume(10000, timeout=0.02):
+                key = (cast(str, m.topic()), cast(int, m.partition()))
                 err = m.error()
                 if err is None:
-                    end = max(end, cast(int, m.offset()) + 1)
+                    ends[key] = max(ends[key], cast(int, m.offset()) + 1)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    done = True
-            if done:
-                return end
-        raise TimeoutError(f"reading the end of {tp.topic}[{tp.partition}] timed out")
+                    waiting.discard(key)
+        return ends
     finally:
         c.unassign()
 

@@ -50,7 +50,7 @@ def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:
         c.assign([TopicPartition(STATUS_TOPIC, 0, 0)])
         deadline = time.monotonic() + broker.REQUEST_TIMEOUT
         while time.monotonic() < deadline:
-            for m in c.consume(5000, timeout=0.5):
+            for m in c.consume(5000, timeout=0.05):
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -83,7 +83,7 @@ def _ends(cluster: Cluster, names: list[tuple[str, int]]) -> dict[tuple[str, int
     present = broker.topics(cluster)
     c = broker.consumer(cluster)
     try:
-        return {(t, p): broker.true_end(c, TopicPartition(t, p)) for t, p in names if t in present}
+        return broker.true_ends(c, [TopicPartition(t, p) for t, p in names if t in present])
     finally:
         c.close()
 
@@ -97,7 +97,7 @@ def _pending_detail(cluster: Cluster, tp: tuple[str, int], start: int, end: int)
         c.assign([TopicPartition(tp[0], tp[1], start)])
         deadline = time.monotonic() + 5
         while seen < BYTES_SAMPLE and time.monotonic() < deadline:
-            msgs = c.consume(5000, timeout=0.5)
+            msgs = c.consume(5000, timeout=0.05)
             stop = False
             for m in msgs:
                 if m.error() is not None:

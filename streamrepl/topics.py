@@ -18,9 +18,7 @@ from .streams import TIMESTAMP_TYPES, Resolved, check_perm, kafka_configs, load
 def _require_topic(r: Resolved, rec: Record, topic: str) -> dict[str, Any]:
     meta: dict[str, Any] | None = rec.get("topics", {}).get(topic)
     if meta is None:
-        raise NotFound(
-            f"topic '{topic}' does not exist in stream {r.path}; see 'streamrepl stream topic list'"
-        )
+        raise NotFound(f"topic '{topic}' does not exist in stream {r.path}; see 'streamrepl stream topic list'")
     return meta
 
 
@@ -189,12 +187,9 @@ def partition_ends(r: Resolved, kafka_topics: Any) -> dict[tuple[str, int], int]
     present = broker.topics(r.cluster)
     c = broker.consumer(r.cluster)
     try:
-        return {
-            (kt, p): broker.true_end(c, TopicPartition(kt, p))
-            for kt in kafka_topics
-            if kt in present
-            for p in range(present[kt])
-        }
+        return broker.true_ends(
+            c, [TopicPartition(kt, p) for kt in kafka_topics if kt in present for p in range(present[kt])]
+        )
     finally:
         c.close()
 
