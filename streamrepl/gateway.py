@@ -130,7 +130,8 @@ class Gateway:
     def _source_consumer(self, link: links.Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:
-            c = broker.consumer(link.src_cluster, **{"fetch.wait.max.ms": 50, "queued.min.messages": 200000})
+            extra: dict[str, Any] = {"fetch.wait.max.ms": 50, "queued.min.messages": 200000}
+            c = broker.consumer(link.src_cluster, **extra)
             self.sources[link.name] = c
         return c
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -62,7 +62,7 @@ def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:
                 if m.value() is None:
                     out.pop(key, None)
                 else:
-                    out[key] = json.loads(m.value())
+                    out[key] = json.loads(cast(bytes, m.value()))
         return out
     finally:
         c.close()
@@ -101,9 +101,9 @@ def _pending_detail(cluster: Cluster, tp: tuple[str, int], start: int, end: int)
             stop = False
             for m in msgs:
                 if m.error() is not None:
-                    stop = stop or m.error().code() == KafkaError._PARTITION_EOF
+                    stop = stop or cast(KafkaError, m.error()).code() == KafkaError._PARTITION_EOF
                     continue
-                if m.offset() >= end:
+                if cast(int, m.offset()) >= end:
                     stop = True
                     break
                 ts = m.timestamp()[1]
