@@ -83,57 +83,85 @@ class OffsetPreservingWriter:
 
         `src_uuid` names the stream the records were read from when a partition has several
         upstreams (defaults to the one given at construction).
+
+        This is the gateway's hot path: per record it reads the origin header once and hands
+        the record to librdkafka; everything else is decided per batch.
         """
         source = src_uuid or self.src_uuid
+        tag = [(policy.ORIGIN, source.encode())]
         produce = self.producer.produce
-        topic, partition = self.topic, self.partition
+        topic, partition, dst_uuid = self.topic, self.partition, self.dst_uuid
+        origin_key = policy.ORIGIN
         last = msgs[-1] if msgs else None
-        queued = 0
-        for m in msgs:
-            o = cast(int, m.offset())
-            headers = m.headers()
-            origin = policy.origin_of(headers, source)
-            if origin == self.dst_uuid:
-                # Published here first: never applied back (multi-master loops end here).
-                self.skipped += 1
-                continue
-            if self.origin is None:
-                self.origin = origin
-            if o < self.next:
-                # Already in place (a second path, or a rerun); it must still be of the same origin.
+        queued = nbytes = 0
+        nxt = self.next
+        try:
+            for m in msgs:
+                o = cast(int, m.offset())
+                headers = m.headers()
+                origin = source
+                out_headers = tag
+                if headers:
+                    out_headers = headers
+                    for k, v in headers:
+                        if k == origin_key:
+                            origin = v.decode() if v else source
+                            break
+                    else:
+                        out_headers = headers + tag
+                if origin == dst_uuid:
+                    # Published here first: never applied back (multi-master loops end here).
+                    self.skipped += 1
+                    continue
+                if self.origin is None:
+                    self.origin = origin
+                if o < nxt:
+                    # Already in place (a second path, or a rerun); it must still be of the same origin.
+                    if origin != self.origin:
+                        raise self._conflict(f"offset {o} comes from stream {origin}, the replica holds {self.origin}")
+                    self.skipped += 1
+                    continue
                 if origin != self.origin:
-                    raise self._conflict(f"offset {o} comes from stream {origin}, the replica holds {self.origin}")
-                self.skipped += 1
-                continue
-            if origin != self.origin:
-                raise self._conflict(
-                    f"offset {o} comes from stream {origin} while this partition holds records of {self.origin}"
-                    " (the same topic is written in two streams)"
-                )
-            while self.next < o:
-                produce(topic, partition=partition, headers=policy.filler_headers(origin), timestamp=0)
-                self.next += 1
+                    raise self._conflict(
+                        f"offset {o} comes from stream {origin} while this partition holds records of {self.origin}"
+                        " (the same topic is written in two streams)"
+                    )
+                while nxt < o:
+                    produce(topic, partition=partition, headers=policy.filler_headers(origin), timestamp=0)
+                    nxt += 1
+                    queued += 1
+                ts_type, ts = m.timestamp()
+                if ts_type == LOG_APPEND_TIME:
+                    out_headers = list(out_headers) + [(policy.TSTYPE, b"logappendtime")]
+                value = m.value()
+                if m is last:
+                    # Offsets are contiguous, so the last record landing where it should proves the batch did.
+                    produce(
+                        topic,
+                        value=value,
+                        key=m.key(),
+                        partition=partition,
+                        on_delivery=self._delivered(nxt),
+                        timestamp=ts if ts > 0 else 0,
+                        headers=out_headers,
+                    )
+                else:
+                    produce(
+                        topic,
+                        value=value,
+                        key=m.key(),
+                        partition=partition,
+                        timestamp=ts if ts > 0 else 0,
+                        headers=out_headers,
+                    )
+                if value:
+                    nbytes += len(value)
+                nxt += 1
                 queued += 1
-            ts_type, ts = m.timestamp()
-            value = m.value()
-            kwargs: dict[str, Any] = {}
-            if m is last:
-                # Offsets are contiguous, so the last record landing where it should proves the batch did.
-                kwargs["on_delivery"] = self._delivered(self.next)
-            produce(
-                topic,
-                value=value,
-                key=m.key(),
-                partition=partition,
-                headers=policy.copy_headers(headers, source, ts_type == LOG_APPEND_TIME),
-                timestamp=ts if ts > 0 else 0,
-                **kwargs,
-            )
-            if value:
-                self.bytes += len(value)
-            self.next += 1
-            queued += 1
-        self.records += queued
+        finally:
+            self.next = nxt
+            self.bytes += nbytes
+            self.records += queued
         return queued
 
     def fill_to(self, end: int) -> int:
