@@ -110,7 +110,10 @@ class OffsetPreservingWriter:
                     else:
                         out_headers = headers + tag
                 if origin == dst_uuid:
-                    # Published here first: never applied back (multi-master loops end here).
+                    # Published here first: never applied back (multi-master loops end here). Offsets are
+                    # the same in every copy, so the destination holds it at `o` already: move past it.
+                    if o >= nxt:
+                        nxt = o + 1
                     self.skipped += 1
                     continue
                 if self.origin is None:

@@ -136,3 +136,38 @@ def upstream_list_cmd(path: str) -> None:
     from .. import replicas
 
     output(replicas.upstream_list(app().registry, require(path, "path")))
+
+
+@replica.command("autosetup", context_settings=CONTEXT_SETTINGS)
+@_link
+@opt("multimaster", type=BOOL, default=False, help="Also replicate back from the replica (default false).")
+@opt("synchronous", type=BOOL, default=False, help="Acknowledge producers only once replicated.")
+@opt("throttle", type=BOOL, default=False, help="Cap the replication rate of the link(s).")
+@opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters.")
+@opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression (default: the stream's).")
+@opt(
+    "directcopy",
+    type=BOOL,
+    default=True,
+    help="Copy existing data with a Spark job now (true, default) or leave it to the gateways (false).",
+)
+@opt("useexistingreplica", type=BOOL, default=False, help="Use the replica stream if it exists (default false).")
+@opt("master", metavar="URL", help="Spark master for the initial copy (default local[*]).")
+@handles_errors
+def autosetup_cmd(path: str, replica: str, **kw: object) -> None:
+    """Create the replica, copy the existing data and start replication, in one step."""
+    import sys
+
+    from ..autosetup import autosetup
+
+    def say(text: str) -> None:
+        print(f"autosetup: {text}", file=sys.stderr)
+
+    row = autosetup(
+        app().registry,
+        require(path, "path"),
+        require(replica, "replica"),  # type: ignore[arg-type]
+        say=say if sys.stderr.isatty() else (lambda _: None),
+        **kw,
+    )
+    output([row])
