@@ -12,7 +12,7 @@ _streamrepl_subcommands() {
         'gateway') echo 'start' ;;
         'local') echo 'down status up' ;;
         'stream') echo 'create delete edit info list replica topic upstream' ;;
-        'stream replica') echo 'add edit list pause remove resume' ;;
+        'stream replica') echo 'add autosetup edit list pause remove resume' ;;
         'stream topic') echo 'create delete edit info list' ;;
         'stream upstream') echo 'add list remove' ;;
     esac
@@ -40,6 +40,7 @@ _streamrepl_options() {
         'stream list') echo '-cluster --cluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica') echo '-h --help -help' ;;
         'stream replica add') echo '-path --path -replica --replica -paused --paused -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica autosetup') echo '-path --path -replica --replica -multimaster --multimaster -synchronous --synchronous -throttle --throttle -networkencryption --networkencryption -networkcompression --networkcompression -directcopy --directcopy -useexistingreplica --useexistingreplica -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica edit') echo '-path --path -replica --replica -newreplica --newreplica -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica list') echo '-path --path -refreshnow --refreshnow -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica pause') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -117,6 +118,17 @@ _streamrepl_value() {
         'stream replica add|-networkencryption'|'stream replica add|--networkencryption') echo 'choice:true false yes no' ;;
         'stream replica add|-networkcompression'|'stream replica add|--networkcompression') echo 'value' ;;
         'stream replica add|-clusters'|'stream replica add|--clusters') echo 'file' ;;
+        'stream replica autosetup|-path'|'stream replica autosetup|--path') echo 'value' ;;
+        'stream replica autosetup|-replica'|'stream replica autosetup|--replica') echo 'value' ;;
+        'stream replica autosetup|-multimaster'|'stream replica autosetup|--multimaster') echo 'choice:true false yes no' ;;
+        'stream replica autosetup|-synchronous'|'stream replica autosetup|--synchronous') echo 'choice:true false yes no' ;;
+        'stream replica autosetup|-throttle'|'stream replica autosetup|--throttle') echo 'choice:true false yes no' ;;
+        'stream replica autosetup|-networkencryption'|'stream replica autosetup|--networkencryption') echo 'choice:true false yes no' ;;
+        'stream replica autosetup|-networkcompression'|'stream replica autosetup|--networkcompression') echo 'value' ;;
+        'stream replica autosetup|-directcopy'|'stream replica autosetup|--directcopy') echo 'choice:true false yes no' ;;
+        'stream replica autosetup|-useexistingreplica'|'stream replica autosetup|--useexistingreplica') echo 'choice:true false yes no' ;;
+        'stream replica autosetup|-master'|'stream replica autosetup|--master') echo 'value' ;;
+        'stream replica autosetup|-clusters'|'stream replica autosetup|--clusters') echo 'file' ;;
         'stream replica edit|-path'|'stream replica edit|--path') echo 'value' ;;
         'stream replica edit|-replica'|'stream replica edit|--replica') echo 'value' ;;
         'stream replica edit|-newreplica'|'stream replica edit|--newreplica') echo 'value' ;;

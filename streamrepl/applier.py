@@ -98,9 +98,9 @@ class OffsetPreservingWriter:
         try:
             for m in msgs:
                 o = cast(int, m.offset())
-                headers = m.headers()
+                headers = cast("list[tuple[str, bytes]] | None", m.headers())
                 origin = source
-                out_headers = tag
+                out_headers: Any = tag
                 if headers:
                     out_headers = headers
                     for k, v in headers:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..cli import CONTEXT_SETTINGS, LazyGroup
@@ -154,7 +156,7 @@ def upstream_list_cmd(path: str) -> None:
 @opt("useexistingreplica", type=BOOL, default=False, help="Use the replica stream if it exists (default false).")
 @opt("master", metavar="URL", help="Spark master for the initial copy (default local[*]).")
 @handles_errors
-def autosetup_cmd(path: str, replica: str, **kw: object) -> None:
+def autosetup_cmd(path: str, replica: str, **kw: Any) -> None:
     """Create the replica, copy the existing data and start replication, in one step."""
     import sys
 
