@@ -1,0 +1,166 @@
+"""`streamrepl copystream` and `streamrepl diffstreams`: the bulk jobs, run on Spark."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from ..cli import CONTEXT_SETTINGS
+from ..errors import InvalidArgument
+from ..output import envelope
+from .common import BOOL, app, handles_errors, opt, output, require
+
+#: maprcli's "input/output error", for partitions not copied and streams that differ.
+EIO = 5
+
+
+def parse_sparkconf(pairs: tuple[str, ...]) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument(f"-sparkconf '{pair}' is not KEY=VALUE; e.g. -sparkconf spark.executor.memory=2g")
+        conf[key.strip()] = value
+    return conf
+
+
+def _spark_options(f: Any) -> Any:
+    f = opt("mapreduce", type=BOOL, hidden=True, help="Accepted for maprcli scripts; the job always runs on Spark.")(f)
+    f = opt(
+        "sparkconf",
+        metavar="KEY=VALUE",
+        multiple=True,
+        help="A Spark setting (repeatable), e.g. -sparkconf spark.executor.memory=2g.",
+    )(f)
+    f = opt("master", metavar="URL", help="Spark master (default local[*]), e.g. spark://host:7077 or yarn.")(f)
+    return opt(
+        "numthreads",
+        type=int,
+        help="Parallel tasks: local[N] on this machine; with -master, at most N cores of the cluster.",
+    )(f)
+
+
+def _fail(command: str, row: list[dict[str, Any]], problems: list[str]) -> None:
+    """Report partial failure: one envelope in -json mode, else one ERROR line per problem; exit 1."""
+    if app().mode.json:
+        doc = envelope(row)
+        doc["status"] = "ERROR"
+        doc["errors"] = [{"id": EIO, "desc": f"{command}: {p}"} for p in problems]
+        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+    else:
+        for p in problems:
+            sys.stderr.write(f"ERROR ({EIO}) - {command}: {p}\n")
+    sys.exit(1)
+
+
+@click.command("copystream", context_settings=CONTEXT_SETTINGS)
+@opt("src", metavar="PATH", help="The stream to copy messages from: /<cluster>/<path>.")
+@opt("dst", metavar="PATH", help="The stream to copy into; created from the source's metadata if missing.")
+@_spark_options
+@handles_errors
+def copystream(
+    src: str, dst: str, numthreads: int | None, master: str | None, sparkconf: tuple[str, ...], mapreduce: bool | None
+) -> None:
+    """Copy every topic of a stream into another stream, offsets preserved (a Spark job).
+
+    \b
+    A destination that does not exist is created with the source's metadata; into one that
+    exists only data is copied. Each partition continues where its copy ends, so running
+    the command again copies only what is new; two runs on one destination at once are
+    refused. Progress shows on a terminal; a one-line summary ends the run. The exit status
+    is 0 only when every partition was copied up to the source's end at the start.
+
+    \b
+    streamrepl copystream -src /sanfrancisco/activity -dst /newyork/activity
+    streamrepl copystream -src /sf/a -dst /ny/a -master spark://spark1:7077 -sparkconf spark.executor.memory=2g
+    """
+    from .. import copy as job
+
+    res = job.copystream(
+        app().registry,
+        require(src, "src"),
+        require(dst, "dst"),
+        master=master,
+        numthreads=numthreads,
+        conf=parse_sparkconf(sparkconf),
+    )
+    if not app().mode.json:
+        sys.stdout.write(res.summary() + "\n")
+        sys.stdout.flush()
+    if not res.complete:
+        _fail("copystream", [res.row()], res.failures + res.stopped)
+    if app().mode.json:
+        output([res.row()])
+
+
+@click.command("diffstreams", context_settings=CONTEXT_SETTINGS)
+@opt("src", metavar="PATH", help="One stream.")
+@opt("dst", metavar="PATH", help="The other stream (usually a replica or copy of -src).")
+@opt("outdir", metavar="DIR", help="Also write the comparison to DIR/diffstreams.json.")
+@opt(
+    "first_exit",
+    type=BOOL,
+    is_flag=False,
+    flag_value=True,
+    default=False,
+    metavar="[true|false]",
+    help="Stop at the first difference found.",
+)
+@_spark_options
+@handles_errors
+def diffstreams(
+    src: str,
+    dst: str,
+    outdir: str | None,
+    first_exit: bool,
+    numthreads: int | None,
+    master: str | None,
+    sparkconf: tuple[str, ...],
+    mapreduce: bool | None,
+) -> None:
+    """Compare two streams partition by partition (a Spark job); exit 0 only when they match.
+
+    \b
+    For each topic partition: the record counts, the first offset where they differ (-1 when
+    equal) and a digest of each side's records (offset, key, value, user headers, timestamp).
+    Replication's own headers are ignored and a filler record matches a gap on the other side.
+
+    \b
+    streamrepl diffstreams -src /sanfrancisco/activity -dst /newyork/activity -outdir /tmp/diff
+    """
+    from .. import copy as job
+
+    res = job.diffstreams(
+        app().registry,
+        require(src, "src"),
+        require(dst, "dst"),
+        first_exit=first_exit,
+        master=master,
+        numthreads=numthreads,
+        conf=parse_sparkconf(sparkconf),
+    )
+    if outdir:
+        job.write_outdir(outdir, res)
+    columns = list(job.DIFF_COLUMNS) + (["error"] if any("error" in r for r in res.rows) else [])
+    if res.match:
+        output(res.rows, columns)
+        return
+    problems = [r["error"] for r in res.rows if "error" in r]
+    diff = res.first_difference()
+    differing = sum(1 for r in res.rows if not r["match"] and "error" not in r)
+    if differing and diff is not None:
+        first = next(r for r in res.rows if not r["match"] and "error" not in r)
+        problems.insert(
+            0,
+            f"{res.src} and {res.dst} differ in {differing} of {len(res.rows)} partitions compared;"
+            f" first: topic '{first['topic']}' partition {first['partition']} at offset {first['firstdiff']}"
+            f" ({first['srccount']} records vs {first['dstcount']})",
+        )
+    if res.stopped_early:
+        problems.append(f"stopped at the first difference: {res.partitions - len(res.rows)} partitions not compared")
+    if not app().mode.json:
+        output(res.rows, columns)
+    _fail("diffstreams", res.rows, problems)

@@ -1,0 +1,316 @@
+"""copystream against real brokers: offsets preserved record by record, reruns copy only what is new,
+gaps become fillers, and a second run on the same destination is refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from streamrepl import policy, streams, topics
+from streamrepl.cli import main
+from streamrepl.copy import LOCK_FIELD, CopyLock, CopyLocked
+from streamrepl.local import EphemeralClusters
+from streamrepl.paths import kafka_topic_name
+from streamrepl.registry import Registry, load
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+SRC, DST = "/sanfrancisco/activity", "/newyork/activity"
+TS0 = 1_700_000_000_000
+
+
+# -- helpers shared with the other Spark test modules ------------------------------------------
+class Env:
+    def __init__(self, ec: EphemeralClusters):
+        self.ec = ec
+        self.registry_path = str(ec.registry_path)
+        self.reg: Registry = load(self.registry_path)
+
+    def bootstrap(self, cluster: str) -> str:
+        return self.ec.brokers[cluster].bootstrap
+
+    def kt(self, stream: str, topic: str) -> str:
+        return kafka_topic_name(streams.resolve(self.reg, stream).path, topic)
+
+    def uuid(self, stream: str) -> str:
+        return str(streams.load(self.reg, stream)[1]["uuid"])
+
+    def make_stream(self, path: str, topic_names: list[str], partitions: int) -> None:
+        streams.create(self.reg, path, {"defaultpartitions": partitions})
+        for t in topic_names:
+            topics.create(self.reg, path, t)
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[Env]:
+    old = os.environ.get("STREAMREPL_CLUSTERS")
+    with EphemeralClusters(["sanfrancisco", "newyork"]) as ec:
+        os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
+        try:
+            yield Env(ec)
+        finally:
+            if old is None:
+                os.environ.pop("STREAMREPL_CLUSTERS", None)
+            else:
+                os.environ["STREAMREPL_CLUSTERS"] = old
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process (Spark's JVM is started once and reused); (exit, stdout, stderr)."""
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def send(
+    bootstrap: str,
+    kt: str,
+    n: int,
+    partitions: int,
+    start: int = 0,
+    single: bool = False,
+    tag: str = "",
+    plain: bool = False,
+) -> None:
+    """n records spread over the partitions: keys, headers, explicit timestamps; `single` flushes each
+    one (one record per batch), otherwise they go in large batches (the Tansu watermark quirk)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0 if single else 50, "log_level": 0})
+    for i in range(start, start + n):
+        kwargs: dict[str, Any] = {"partition": i % partitions, "timestamp": TS0 + 7 * i}
+        if not plain and i % 11 != 5:
+            kwargs["key"] = f"{tag}k{i}".encode()
+            kwargs["headers"] = [("seq", str(i).encode()), ("tag", tag.encode()), ("empty", None)]
+        p.produce(kt, value=(f"{tag}v{i}-".encode() * 5) if i % 13 != 7 else None, **kwargs)
+        if single:
+            p.flush(10)
+    assert p.flush(30) == 0
+
+
+Row = tuple[int, bytes | None, bytes | None, tuple, int, int, bool, str | None]
+
+
+def records(bootstrap: str, kt: str, partition: int) -> list[Row]:
+    """Every committed record of a partition: (offset, key, value, user headers, ts, ts type, filler, origin)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "test-reader",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 20,
+            "log_level": 0,
+        }
+    )
+    out: list[Row] = []
+    try:
+        c.assign([TopicPartition(kt, partition, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for m in c.consume(10000, timeout=0.2):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return out
+                    continue
+                hs = m.headers() or []
+                origin = next((v.decode() for k, v in hs if k == policy.ORIGIN), None)
+                ts_type, ts = m.timestamp()
+                row = (m.offset(), m.key(), m.value(), tuple(policy.user_headers(hs)), ts, ts_type)
+                out.append((*row, policy.is_filler(hs), origin))  # type: ignore[arg-type]
+        raise AssertionError(f"reading {kt}[{partition}] timed out")
+    finally:
+        c.close()
+
+
+def assert_copied(env: Env, src: str, dst: str, topic_parts: dict[str, int]) -> tuple[int, int]:
+    """Every source record sits at the same offset of the copy with the same key, value, user headers
+    and timestamp; the copy has no holes and fillers only where the source shows no record.
+    Returns (records, fillers) of the copy."""
+    src_cluster, dst_cluster = src.split("/")[1], dst.split("/")[1]
+    src_uuid = env.uuid(src)
+    total = fillers = 0
+    for topic, parts in topic_parts.items():
+        for p in range(parts):
+            a = records(env.bootstrap(src_cluster), env.kt(src, topic), p)
+            b = records(env.bootstrap(dst_cluster), env.kt(dst, topic), p)
+            assert [r[0] for r in b] == list(range(len(b))), f"{topic}[{p}]: the copy has holes"
+            by_offset = {r[0]: r for r in b}
+            for r in a:
+                got = by_offset.get(r[0])
+                assert got is not None, f"{topic}[{p}] offset {r[0]} missing from the copy"
+                assert got[:5] == r[:5], f"{topic}[{p}] offset {r[0]} differs: {r[:5]} != {got[:5]}"
+                assert got[5] == 1 and not got[6] and got[7] == src_uuid
+            src_offsets = {r[0] for r in a}
+            extra = [r for r in b if r[0] not in src_offsets]
+            assert all(r[6] for r in extra), f"{topic}[{p}]: records in the copy that the source does not show"
+            if a:
+                assert len(b) >= a[-1][0] + 1
+            total += len(a)
+            fillers += len(extra)
+    return total, fillers
+
+
+def copied(out: str) -> int:
+    m = re.search(r"copied (\d+) records", out)
+    assert m, f"no summary in {out!r}"
+    return int(m.group(1))
+
+
+# -- tests -------------------------------------------------------------------------------------
+def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    env.make_stream(SRC, ["clicks", "views", "orders"], 4)
+    bs = env.bootstrap("sanfrancisco")
+    send(bs, env.kt(SRC, "clicks"), 12, 4, single=True, tag="c")
+    send(bs, env.kt(SRC, "clicks"), 4000, 4, start=12, tag="c")
+    send(bs, env.kt(SRC, "views"), 3000, 4, tag="v")
+    send(bs, env.kt(SRC, "views"), 8, 4, start=3000, single=True, tag="v")
+    send(bs, env.kt(SRC, "orders"), 9, 4, single=True, tag="o", plain=True)
+    first = 12 + 4000 + 3000 + 8 + 9
+
+    code, out, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-numthreads", "2")
+    assert code == 0, err
+    assert err == ""  # quiet without a terminal
+    assert len(out.strip().splitlines()) == 1 and copied(out) == first
+    assert re.search(r"in [\d.]+ s, \d+ records/s; Spark start-up [\d.]+ s; 12 partitions$", out.strip())
+
+    # The destination was created from the source's metadata, with the same topics and partition counts.
+    _, dst_rec = streams.load(env.reg, DST)
+    _, src_rec = streams.load(env.reg, SRC)
+    assert dst_rec["uuid"] != src_rec["uuid"] and dst_rec["defaultpartitions"] == 4
+    assert {t: m["partitions"] for t, m in dst_rec["topics"].items()} == {"clicks": 4, "views": 4, "orders": 4}
+    assert LOCK_FIELD not in dst_rec  # released
+    parts = {"clicks": 4, "views": 4, "orders": 4}
+    assert assert_copied(env, SRC, DST, parts) == (first, 0)
+
+    # More records arrive, singles and batches: a rerun copies exactly those.
+    send(bs, env.kt(SRC, "clicks"), 5, 4, start=5000, single=True, tag="c2")
+    send(bs, env.kt(SRC, "views"), 2500, 4, start=5000, tag="v2")
+    code, out, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-numthreads", "2")
+    assert code == 0, err
+    assert copied(out) == 2505
+    assert assert_copied(env, SRC, DST, parts) == (first + 2505, 0)
+
+    # Nothing new: nothing copied, and Spark is not even started.
+    code, out, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-json")
+    assert code == 0, err
+    assert '"records": 0' in out and '"sparkstartupseconds": 0' in out
+
+
+def test_gaps_become_fillers_and_later_offsets_line_up(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    src, dst = "/sanfrancisco/tx", "/newyork/tx"
+    env.make_stream(src, ["t"], 1)
+    bs, kt = env.bootstrap("sanfrancisco"), env.kt(src, "t")
+    send(bs, kt, 3, 1, single=True)  # 0..2
+    tp = Producer({"bootstrap.servers": bs, "transactional.id": "copy-test", "log_level": 0})
+    tp.init_transactions(10)
+    tp.begin_transaction()
+    for i in range(3):
+        tp.produce(kt, value=b"tx%d" % i, key=b"k", partition=0, timestamp=TS0 + i)
+    tp.commit_transaction(10)  # 3..5, commit marker at 6
+    send(bs, kt, 2, 1, start=100, single=True)  # 7, 8
+    tp.begin_transaction()
+    tp.produce(kt, value=b"aborted", partition=0)
+    tp.flush(10)
+    tp.abort_transaction(10)  # an aborted record and its marker
+    tp.begin_transaction()
+    tp.produce(kt, value=b"last", partition=0, timestamp=TS0)
+    tp.commit_transaction(10)  # the partition ends with a marker
+
+    visible = [r[0] for r in records(bs, kt, 0)]
+    end = visible[-1] + 2
+    # Markers take offsets that no consumer sees. (Tansu also shows aborted records to read_committed
+    # consumers; a copy shows what the source's consumers see.)
+    assert visible[:8] == [0, 1, 2, 3, 4, 5, 7, 8] and end - 1 not in visible
+    gaps = sorted(set(range(end)) - set(visible))
+
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-numthreads", "2")
+    assert code == 0, err
+    assert copied(out) == len(visible) and f"{len(gaps)} fillers" in out
+    assert assert_copied(env, src, dst, {"t": 1}) == (len(visible), len(gaps))
+    copy = records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)
+    assert [r[0] for r in copy if r[6]] == gaps
+    assert len(copy) == end  # the trailing marker has its filler too
+
+    # Records written after the gap land at the same offsets in the copy.
+    send(bs, kt, 3, 1, start=200, single=True)
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-numthreads", "2")
+    assert code == 0 and copied(out) == 3, err
+    assert assert_copied(env, src, dst, {"t": 1}) == (len(visible) + 3, len(gaps))
+    assert [r[0] for r in records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)][-3:] == [end, end + 1, end + 2]
+
+
+def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    src, dst = "/sanfrancisco/busy", "/newyork/busy"
+    env.make_stream(src, ["t"], 2)
+    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 3000, 2)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "streamrepl", "copystream", "-src", src, "-dst", dst, "-numthreads", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, STREAMREPL_CLUSTERS=env.registry_path),
+    )
+    try:
+        store = streams.resolve(env.reg, dst).store
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rec = store.get("/busy")
+            if rec is not None and LOCK_FIELD in rec:
+                break
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the first run never took the lock")
+        code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+        assert code != 0
+        assert re.search(
+            r"copystream: destination /newyork/busy is being copied by another run \(owner \S+, since ", err
+        )
+        out1, err1 = first.communicate(timeout=240)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, err1
+    assert err1 == "" and copied(out1) == 3000
+    assert assert_copied(env, src, dst, {"t": 2}) == (3000, 0)
+    assert LOCK_FIELD not in (store.get("/busy") or {})
+
+
+def test_a_dead_runs_lock_expires(env: Env) -> None:
+    env.make_stream("/newyork/locked", [], 1)
+    r = streams.resolve(env.reg, "/newyork/locked")
+    dead = CopyLock(r, "/sanfrancisco/x", ttl=0.5)
+    dead.acquire()
+    with pytest.raises(CopyLocked, match="being copied by another run"):
+        CopyLock(r, "/sanfrancisco/y").acquire()
+    time.sleep(0.6)
+    taker = CopyLock(r, "/sanfrancisco/y")
+    taker.acquire()
+    assert not dead.refresh() and dead.lost and "taken over" in dead.lost
+    taker.release()
+    assert LOCK_FIELD not in (r.store.get("/locked") or {})
+
+
+def test_permissions_are_checked(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    env.make_stream("/sanfrancisco/private", ["t"], 1)
+    streams.edit(env.reg, "/sanfrancisco/private", {"copyperm": "u:nobody", "consumeperm": "u:nobody"})
+    code, _, err = cli(capsys, "copystream", "-src", "/sanfrancisco/private", "-dst", "/newyork/private")
+    assert code != 0 and "lacks copyperm or consumeperm on stream /sanfrancisco/private" in err
+    assert streams.resolve(env.reg, "/newyork/private").store.get("/private") is None
+    code, _, err = cli(capsys, "copystream", "-src", "/sanfrancisco/nosuch", "-dst", "/newyork/x")
+    assert code != 0 and "stream /sanfrancisco/nosuch does not exist" in err
+    code, _, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-sparkconf", "novalue")
+    assert code != 0 and "is not KEY=VALUE" in err
