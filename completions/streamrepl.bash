@@ -6,7 +6,7 @@
 # _streamrepl_subcommands PATH: the sub-command words of the group PATH ('' is the root).
 _streamrepl_subcommands() {
     case "$1" in
-        '') echo 'cluster gateway local stream' ;;
+        '') echo 'cluster copystream diffstreams gateway local stream' ;;
         'cluster') echo 'gateway list' ;;
         'cluster gateway') echo 'list' ;;
         'gateway') echo 'start' ;;
@@ -26,6 +26,8 @@ _streamrepl_options() {
         'cluster gateway') echo '-h --help -help' ;;
         'cluster gateway list') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster list') echo '-timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'diffstreams') echo '-src --src -dst --dst -outdir --outdir -first_exit --first_exit -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'gateway') echo '-h --help -help' ;;
         'gateway start') echo '-cluster --cluster -id --id -loglevel --loglevel -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'local') echo '-h --help -help' ;;
@@ -68,6 +70,20 @@ _streamrepl_value() {
         'cluster gateway list|-clusters'|'cluster gateway list|--clusters') echo 'file' ;;
         'cluster list|-timeout'|'cluster list|--timeout') echo 'value' ;;
         'cluster list|-clusters'|'cluster list|--clusters') echo 'file' ;;
+        'copystream|-src'|'copystream|--src') echo 'value' ;;
+        'copystream|-dst'|'copystream|--dst') echo 'value' ;;
+        'copystream|-numthreads'|'copystream|--numthreads') echo 'value' ;;
+        'copystream|-master'|'copystream|--master') echo 'value' ;;
+        'copystream|-sparkconf'|'copystream|--sparkconf') echo 'value' ;;
+        'copystream|-clusters'|'copystream|--clusters') echo 'file' ;;
+        'diffstreams|-src'|'diffstreams|--src') echo 'value' ;;
+        'diffstreams|-dst'|'diffstreams|--dst') echo 'value' ;;
+        'diffstreams|-outdir'|'diffstreams|--outdir') echo 'dir' ;;
+        'diffstreams|-first_exit'|'diffstreams|--first_exit') echo 'choice:true false yes no' ;;
+        'diffstreams|-numthreads'|'diffstreams|--numthreads') echo 'value' ;;
+        'diffstreams|-master'|'diffstreams|--master') echo 'value' ;;
+        'diffstreams|-sparkconf'|'diffstreams|--sparkconf') echo 'value' ;;
+        'diffstreams|-clusters'|'diffstreams|--clusters') echo 'file' ;;
         'gateway start|-cluster'|'gateway start|--cluster') echo 'value' ;;
         'gateway start|-id'|'gateway start|--id') echo 'value' ;;
         'gateway start|-loglevel'|'gateway start|--loglevel') echo 'value' ;;

@@ -205,7 +205,7 @@ class CopyLock:
 
 
 class _Refresher(threading.Thread):
-    def __init__(self, lock: CopyLock, on_lost: Callable[[], None], every: float = LOCK_REFRESH):
+    def __init__(self, lock: CopyLock, on_lost: Callable[[], object], every: float = LOCK_REFRESH):
         super().__init__(daemon=True, name="copylock-refresher")
         self.lock, self.on_lost, self.every = lock, on_lost, every
         self.stopped = threading.Event()
@@ -319,7 +319,7 @@ def start_spark(
         ) from None
     spark.sparkContext.setLogLevel("WARN")
     handle = SparkHandle(spark, time.monotonic() - t0, owned=True, log=log)
-    if not spark.sparkContext.master.startswith("local"):
+    if not cast(str, spark.sparkContext.master).startswith("local"):
         _ship_package(spark.sparkContext)
     return handle
 
@@ -995,7 +995,9 @@ def diffstreams(
                 chunk = items[i : i + wave]
                 bar.base = i
                 result.rows += _run_job(
-                    sc, lambda chunk=chunk: sc.parallelize(chunk, len(chunk)).mapPartitions(task), bar.tick
+                    sc,
+                    lambda chunk=chunk: sc.parallelize(chunk, len(chunk)).mapPartitions(task),  # type: ignore[misc]
+                    bar.tick,
                 )
                 if first_exit and not all(r["match"] for r in result.rows):
                     result.stopped_early = i + wave < len(items)
@@ -1088,7 +1090,7 @@ def benchmark(n: int = 1_000_000, partitions: int = 4, size: int = 100, master: 
             }
         )
         value = b"v" * size
-        headers = [("seq", b"12345678")]
+        headers: list[tuple[str, str | bytes | None]] = [("seq", b"12345678")]
         ts = _now_ms()
         t0 = time.monotonic()
         produce = p.produce
