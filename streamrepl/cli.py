@@ -6,8 +6,8 @@ Kafka client and never connects anywhere.
 
 from __future__ import annotations
 
+import difflib
 import importlib
-import json
 import sys
 from typing import Any
 
@@ -76,6 +76,23 @@ def _wants_json(argv: list[str]) -> bool:
     return any(a in ("-json", "--json") for a in argv)
 
 
+def _usage_message(e: click.ClickException, args: list[str]) -> str:
+    """Click's message for a usage mistake, naming the option as the user wrote it."""
+    message = e.format_message()
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.NoSuchOption) and ctx is not None:
+        known = {o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)}
+        name = e.option_name
+        if len(name) == 2:
+            # Click reads an unknown `-bogus` as the short option `-b` followed by `ogus`.
+            words = (a.split("=", 1)[0] for a in args)
+            name = next((w for w in words if w.startswith(name) and len(w) > 2 and w not in known), name)
+        single = sorted(o for o in known if o.startswith("-") and not o.startswith("--"))
+        close = difflib.get_close_matches(name, single, n=1)
+        message = f"No such option '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+    return " ".join(message.split()).rstrip(".")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -87,14 +104,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as e:
         # Usage mistakes get the same one-line error as everything else, not a usage dump.
+        from .output import OutputMode, emit_error
+
         ctx = getattr(e, "ctx", None)
         command = " ".join(ctx.command_path.split()[1:]) if ctx is not None else ""
-        message = e.format_message().replace("\n", " ")
-        hint = f"; see 'streamrepl {command} --help'" if command else "; see 'streamrepl --help'"
-        desc = f"{command}: {message}{hint}" if command else f"{message}{hint}"
-        if _wants_json(args):
-            payload = {"status": "ERROR", "errors": [{"id": 22, "desc": desc}]}
-            sys.stdout.write(json.dumps(payload) + "\n")
-        else:
-            sys.stderr.write(f"ERROR (22) - {desc}\n")
+        hint = f"see 'streamrepl {command} --help'" if command else "see 'streamrepl --help'"
+        emit_error(command, 22, f"{_usage_message(e, args)}; {hint}", OutputMode(json=_wants_json(args)))
         sys.exit(2)

@@ -39,16 +39,21 @@ def _fold(state: dict[str, Record], key: bytes | None, value: bytes | None, offs
     """Apply one log record to `state`; return the winning path when it was accepted."""
     if key is None or value is None:
         return None
-    path = key.decode().split("@", 1)[0]
     try:
+        # The key is `<path>@<version>@<writer>`; a path may itself hold '@'.
+        text_key = key.decode()
+        path = text_key.rsplit("@", 2)[0]
         rec = json.loads(value)
-    except ValueError:
+    except ValueError:  # UnicodeDecodeError is a ValueError too
         return None
+    if not isinstance(rec, dict) or rec.get("path") != path:
+        return None  # not a record this module wrote: ignored, never fatal to every reader
     current = state.get(path)
     expected = (current["version"] if current else 0) + 1
-    if rec.get("version") != expected:
+    if type(rec.get("version")) is not int or rec["version"] != expected:
         return None
     rec["_offset"] = offset
+    rec["_key"] = text_key
     state[path] = rec
     return path
 
@@ -58,24 +63,30 @@ class MetaStore:
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
+        self._seen = False  # the metadata topic once seen stays: no need to ask the broker again
 
     # -- reading ---------------------------------------------------------------------
     def _exists(self) -> bool:
-        return METADATA_TOPIC in broker.topics(self.cluster)
+        if not self._seen:
+            self._seen = METADATA_TOPIC in broker.topics(self.cluster)
+        return self._seen
 
     def _read(self, until: int | None = None) -> dict[str, Record]:
         """Fold the whole log (or up to and including offset `until`)."""
         state: dict[str, Record] = {}
         if not self._exists():
             return state
-        c = broker.consumer(self.cluster)
+        # A short fetch wait and short polls: the log is small and read whole on every command, so
+        # waiting for a full batch (consume's count) or for the broker's default 500 ms fetch wait
+        # would cost every command a second or more.
+        c = broker.consumer(self.cluster, **{"fetch.wait.max.ms": 10})
         try:
             c.assign([TopicPartition(METADATA_TOPIC, 0, 0)])
             deadline = time.monotonic() + broker.REQUEST_TIMEOUT
             while True:
                 if time.monotonic() > deadline:
                     raise broker.unreachable(self.cluster, "reading stream metadata")
-                msgs = c.consume(1000, timeout=0.5)
+                msgs = c.consume(1000, timeout=0.01)
                 eof = False
                 for m in msgs:
                     err = m.error()
@@ -109,9 +120,18 @@ class MetaStore:
                 if not self._exists():
                     raise e
 
-    def _append(self, path: str, rec: Record) -> int:
+    def _append(self, path: str, rec: Record) -> tuple[int, str]:
+        """Write one record; return its offset and its key (which names this very write)."""
+        # Not idempotent: setting up an idempotent producer costs 0.5-1 s, on every command. A
+        # duplicate written by a retry is harmless: readers ignore it (its version is no longer
+        # the next one), and the writer recognises its win by the key, not by the offset.
         p = broker.producer(
-            self.cluster, **{"linger.ms": 0, "message.timeout.ms": int(broker.REQUEST_TIMEOUT * 1000)}
+            self.cluster,
+            **{
+                "linger.ms": 0,
+                "enable.idempotence": False,
+                "message.timeout.ms": int(broker.REQUEST_TIMEOUT * 1000),
+            },
         )
         offsets: list[int] = []
         errors: list[KafkaError] = []
@@ -134,7 +154,7 @@ class MetaStore:
         p.flush(broker.REQUEST_TIMEOUT + 2)
         if errors or not offsets:
             raise broker.unreachable(self.cluster, "writing stream metadata")
-        return offsets[0]
+        return offsets[-1], key
 
     def update(self, path: str, edit: Edit) -> Record | None:
         """Apply `edit` to the current record of `path` (None when absent) and store the result.
@@ -154,16 +174,16 @@ class MetaStore:
             version = (current["version"] if current else 0) + 1
             rec = {"deleted": True, "path": path} if new is None else dict(new)
             rec["version"] = version
+            rec["path"] = path
             rec["updated"] = int(time.time() * 1000)
-            offset = self._append(path, rec)
+            offset, key = self._append(path, rec)
             after = self._read(until=offset)
             won = after.get(path)
-            if won is not None and won.get("_offset") == offset:
+            if won is not None and won.get("_key") == key:
                 return None if new is None else won
             time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise ConcurrentEdit(
-            f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time;"
-            " try again"
+            f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time; try again"
         )
 
 

@@ -82,8 +82,13 @@ def error_envelope(code: int, desc: str) -> dict:
     return {"timestamp": int(time.time() * 1000), "status": "ERROR", "errors": [{"id": code, "desc": desc}]}
 
 
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters escaped: an error is always one line."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def emit_error(command: str, code: int, message: str, mode: OutputMode) -> None:
-    desc = f"{command}: {message}" if command else message
+    desc = one_line(f"{command}: {message}" if command else message)
     if mode.json:
         sys.stdout.write(json.dumps(error_envelope(code, desc)) + "\n")
     else:

@@ -25,8 +25,9 @@ KAFKA_PREFIX = "sr."
 METADATA_TOPIC = "__streamrepl_metadata"
 MAX_KAFKA_TOPIC = 249
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_SEGMENT_RE = re.compile(r"^[^\x00-\x1f]+$")
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]+")
+#: Control characters and line breaks: a path holding one could not be printed on one line.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -51,33 +52,62 @@ class TopicPath:
         return f"{self.stream}:{self.topic}"
 
 
+def show(text: str) -> str:
+    """`text` for an error message: one line, whatever control characters or bad bytes it holds."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def _check_segments(raw: str, segments: list[str]) -> None:
+    """Refuse segments no stream path may hold; `raw` is the path as given, for the message."""
+    for seg in segments:
+        if _CONTROL_RE.search(seg):
+            raise InvalidArgument(f"stream path '{show(raw)}' holds a control character; remove it")
+        try:
+            seg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                f"stream path '{show(raw)}' is not valid UTF-8; check the locale of the shell or script"
+            ) from None
+        if seg in (".", ".."):
+            raise InvalidArgument(
+                f"stream path '{show(raw)}' holds a '{seg}' segment; write the path without '.' or '..'"
+            )
+        if not seg.strip():
+            raise InvalidArgument(f"stream path '{show(raw)}' has a blank segment; remove it")
+    name = segments[-1]
+    if ":" in name:
+        raise InvalidArgument(
+            f"stream name '{show(name)}' in '{show(raw)}' contains ':'; stream names cannot contain ':' or '/'"
+            " (to name a topic use -topic)"
+        )
+
+
 def parse_stream(text: str, clusters: set[str] | dict, default: str) -> StreamPath:
     """Parse a stream path; `clusters` are the registry's cluster names."""
     if not text or not text.strip():
         raise InvalidArgument("empty stream path; give one like /sanfrancisco/activity")
     raw = text.strip()
     if not raw.startswith("/"):
-        raise InvalidArgument(f"stream path '{raw}' must start with '/', e.g. /sanfrancisco/activity")
+        raise InvalidArgument(f"stream path '{show(raw)}' must start with '/', e.g. /sanfrancisco/activity")
     if "//" in raw or raw.endswith("/"):
-        raise InvalidArgument(f"stream path '{raw}' has an empty segment; remove the extra '/'")
+        raise InvalidArgument(f"stream path '{show(raw)}' has an empty segment; remove the extra '/'")
     segments = raw[1:].split("/")
-    if segments[0] == "mapr" and len(segments) > 1 and segments[1] in clusters:
+    if segments[0] == "mapr" and len(segments) > 1:
+        # /mapr/<cluster>/... names its cluster explicitly: an unknown one is a mistake, not a directory.
+        if segments[1] not in clusters:
+            known = ", ".join(sorted(clusters)) or "none"
+            raise InvalidArgument(
+                f"unknown cluster '{show(segments[1])}' in stream path '{show(raw)}' (known: {known});"
+                " add it to the cluster registry"
+            )
         segments = segments[1:]
     if segments[0] in clusters and len(segments) > 1:
         cluster, rest = segments[0], segments[1:]
     elif segments[0] in clusters:
-        raise InvalidArgument(f"stream path '{raw}' names cluster '{segments[0]}' but no stream in it")
+        raise InvalidArgument(f"stream path '{show(raw)}' names cluster '{segments[0]}' but no stream in it")
     else:
         cluster, rest = default, segments
-    for seg in rest:
-        if not _SEGMENT_RE.match(seg):
-            raise InvalidArgument(f"stream path '{raw}' holds a control character; remove it")
-    name = rest[-1]
-    if ":" in name:
-        raise InvalidArgument(
-            f"stream name '{name}' in '{raw}' contains ':'; stream names cannot contain ':' or '/'"
-            " (to name a topic use -topic)"
-        )
+    _check_segments(raw, rest)
     stream = StreamPath(cluster, "/" + "/".join(rest))
     kafka_topic_name(stream, "x")  # refuses paths too long to map onto Kafka names
     return stream
@@ -95,8 +125,8 @@ def split_topic(text: str) -> tuple[str, str | None]:
 def validate_topic(topic: str) -> str:
     if not topic:
         raise InvalidArgument("empty topic name; give one with -topic NAME")
-    if not _TOPIC_RE.match(topic):
-        raise InvalidArgument(f"invalid topic name '{topic}': use letters, digits, '.', '_' and '-' only")
+    if not _TOPIC_RE.fullmatch(topic):
+        raise InvalidArgument(f"invalid topic name '{show(topic)}': use letters, digits, '.', '_' and '-' only")
     return topic
 
 
@@ -121,22 +151,29 @@ def kafka_topic_name(stream: StreamPath, topic: str) -> str:
     name = f"{KAFKA_PREFIX}{_escape(stream.path[1:])}.{topic}"
     if len(name) > MAX_KAFKA_TOPIC:
         raise InvalidArgument(
-            f"stream path '{stream}' with topic '{topic}' is too long for a Kafka topic name"
+            f"stream path '{show(str(stream))}' with topic '{show(topic)}' is too long for a Kafka topic name"
             f" ({len(name)} > {MAX_KAFKA_TOPIC} characters); use a shorter path or topic"
         )
     return name
 
 
 def from_kafka_topic_name(cluster: str, name: str) -> TopicPath | None:
-    """The (stream, topic) a Kafka topic stands for, or None for topics that are not ours."""
+    """The (stream, topic) a Kafka topic stands for, or None for topics that are not ours.
+
+    Only names the mapping itself makes are recognised: `kafka_topic_name` of the result
+    gives `name` back, so no two Kafka topics ever stand for the same (stream, topic).
+    """
     if not name.startswith(KAFKA_PREFIX):
         return None
     body = name[len(KAFKA_PREFIX) :]
     escaped, dot, topic = body.partition(".")
-    if not dot or not topic:
+    if not dot or not escaped or not _TOPIC_RE.fullmatch(topic):
         return None
     try:
-        path = "/" + _unescape(escaped)
-    except (ValueError, UnicodeDecodeError):
+        inner = _unescape(escaped)
+        if _escape(inner) != escaped:  # not canonical (upper-case hex, escaped letters or digits)
+            return None
+        _check_segments(inner, inner.split("/"))
+    except (ValueError, UnicodeDecodeError, InvalidArgument):
         return None
-    return TopicPath(StreamPath(cluster, path), topic)
+    return TopicPath(StreamPath(cluster, "/" + inner), topic)

@@ -8,6 +8,7 @@ place that shows a cluster's properties goes through `masked()`.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -22,8 +23,20 @@ ENV_VAR = "STREAMREPL_CLUSTERS"
 USER_PATH = Path("~/.config/streamrepl/clusters.yaml")
 SYSTEM_PATH = Path("/etc/streamrepl/clusters.yaml")
 
-SECRET_MARKERS = ("password", "secret", "token", "key.pem", "private", "credentials")
+#: Property names holding secrets: passwords, keys, tokens, and the free-form SASL configs
+#: (sasl.oauthbearer.config, sasl.jaas.config) that often carry a client secret inline.
+SECRET_MARKERS = (
+    "password",
+    "secret",
+    "token",
+    "key.pem",
+    "private",
+    "credentials",
+    "oauthbearer.config",
+    "jaas",
+)
 MASK = "********"
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def is_secret(prop: str) -> bool:
@@ -61,9 +74,7 @@ class Registry:
             return self.clusters[name]
         except KeyError:
             known = ", ".join(sorted(self.clusters)) or "none"
-            raise NotFound(
-                f"unknown cluster '{name}' (known: {known}); add it to the registry {self.path}"
-            ) from None
+            raise NotFound(f"unknown cluster '{name}' (known: {known}); add it to the registry {self.path}") from None
 
     def secrets(self) -> list[str]:
         return [s for c in self.clusters.values() for s in c.secrets()]
@@ -90,17 +101,16 @@ def locate(explicit: str | None = None) -> Path:
 def load(explicit: str | None = None) -> Registry:
     path = locate(explicit)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RegistryError(f"cluster registry {path} is not UTF-8 text; is it the right file?") from None
     except FileNotFoundError:
-        raise RegistryError(
-            f"cluster registry {path} does not exist; create it or pass -clusters FILE"
-        ) from None
+        raise RegistryError(f"cluster registry {path} does not exist; create it or pass -clusters FILE") from None
     except (PermissionError, IsADirectoryError, OSError) as e:
-        raise RegistryError(
-            f"cluster registry {path} cannot be read ({e.strerror}); check its permissions"
-        ) from None
-    warn_if_world_readable(path)
-    return parse(text, path)
+        raise RegistryError(f"cluster registry {path} cannot be read ({e.strerror}); check its permissions") from None
+    reg = parse(text, path)
+    warn_if_world_readable(path, reg)
+    return reg
 
 
 def parse(text: str, path: Path) -> Registry:
@@ -115,8 +125,21 @@ def parse(text: str, path: Path) -> Registry:
     clusters: dict[str, Cluster] = {}
     for name, props in doc["clusters"].items():
         name = str(name)
+        if not _NAME_RE.fullmatch(name) or name == "mapr":
+            raise RegistryError(
+                f"cluster name {name!r} in {path} is not valid: use letters, digits, '.', '_' and '-'"
+                " (and not 'mapr', which starts /mapr/<cluster>/... paths)"
+            )
         if not isinstance(props, dict) or "bootstrap.servers" not in props:
             raise RegistryError(f"cluster '{name}' in {path} needs a 'bootstrap.servers' entry")
+        for k, v in props.items():
+            if v is None or isinstance(v, dict | list):
+                raise RegistryError(
+                    f"property '{k}' of cluster '{name}' in {path} must be a single value"
+                    " (a librdkafka client property such as security.protocol: SASL_SSL)"
+                )
+        if not str(props["bootstrap.servers"]).strip():
+            raise RegistryError(f"cluster '{name}' in {path} has an empty 'bootstrap.servers' entry")
         clusters[name] = Cluster(name, {str(k): _scalar(v) for k, v in props.items()})
     default = str(doc.get("default") or next(iter(clusters)))
     if default not in clusters:
@@ -130,20 +153,16 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
-def warn_if_world_readable(path: Path) -> None:
+def warn_if_world_readable(path: Path, reg: Registry) -> None:
+    """Warn (on stderr, never naming a secret) when a registry holding secrets is readable by others."""
+    if not reg.secrets():
+        return
     try:
         mode = path.stat().st_mode
     except OSError:
         return
-    if mode & (stat.S_IRGRP | stat.S_IROTH) and any(is_secret(line.split(":")[0]) for line in _lines(path)):
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
         print(
             f"warning: cluster registry {path} holds secrets and others can read it; run chmod 600 {path}",
             file=sys.stderr,
         )
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return [ln.strip() for ln in path.read_text().splitlines()]
-    except OSError:
-        return []

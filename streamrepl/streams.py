@@ -17,6 +17,7 @@ the ACEs) live only in the stream's metadata record.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,6 +42,11 @@ DEFAULTS: dict[str, Any] = {
     "mincompactionlag": 0,
     "deleteretention": 86400000,
 }
+MAX_LONG = 2**63 - 1
+#: Kafka counts partitions in a 32-bit integer.
+MAX_PARTITIONS = 2**31 - 1
+#: Settings a Kafka topic config holds as a 64-bit number (ttl in milliseconds).
+MAXIMA = {"ttl": MAX_LONG // 1000, "mincompactionlag": MAX_LONG, "deleteretention": MAX_LONG}
 #: Settings that -copymetafrom carries over (not the UUID, topics, replicas or upstreams).
 COPIED = tuple(DEFAULTS) + PERMS
 
@@ -50,7 +56,7 @@ class Resolved:
     path: StreamPath
     cluster: Cluster
 
-    @property
+    @functools.cached_property
     def store(self) -> MetaStore:
         return MetaStore(self.cluster)
 
@@ -64,9 +70,7 @@ def load(reg: Registry, text: str) -> tuple[Resolved, Record]:
     r = resolve(reg, text)
     rec = r.store.get(r.path.path)
     if rec is None:
-        raise NotFound(
-            f"stream {r.path} does not exist; create it with 'streamrepl stream create -path {r.path}'"
-        )
+        raise NotFound(f"stream {r.path} does not exist; create it with 'streamrepl stream create -path {r.path}'")
     return r, rec
 
 
@@ -78,28 +82,32 @@ def validate_settings(s: dict[str, Any]) -> dict[str, Any]:
             continue
         if k in ("ttl", "mincompactionlag", "deleteretention") and v < 0:
             raise InvalidArgument(f"-{k} {v} is negative; give 0 or more (-ttl 0 keeps messages forever)")
-        if k == "defaultpartitions" and v <= 0:
-            raise InvalidArgument(f"-defaultpartitions {v} must be at least 1")
+        if k in MAXIMA and v > MAXIMA[k]:
+            raise InvalidArgument(f"-{k} {v} is too large; the most Kafka can hold is {MAXIMA[k]}")
+        if k == "defaultpartitions":
+            check_partitions(v, "-defaultpartitions")
         if k == "compression":
             v = str(v).lower()
             if v == "lzf":
-                raise InvalidArgument(
-                    "-compression lzf has no Kafka counterpart; use off, lz4, zlib, snappy or zstd"
-                )
+                raise InvalidArgument("-compression lzf has no Kafka counterpart; use off, lz4, zlib, snappy or zstd")
             if v not in KAFKA_COMPRESSION and v != "inherit":
-                raise InvalidArgument(
-                    f"-compression {v} is not supported; use off, lz4, zlib, snappy or zstd"
-                )
+                raise InvalidArgument(f"-compression {v} is not supported; use off, lz4, zlib, snappy or zstd")
         if k == "defaulttimestamptype":
             v = str(v).lower()
             if v not in TIMESTAMP_TYPES:
-                raise InvalidArgument(
-                    f"-defaulttimestamptype {v} is not valid; use createtime or logappendtime"
-                )
+                raise InvalidArgument(f"-defaulttimestamptype {v} is not valid; use createtime or logappendtime")
         if k in PERMS:
             v = ace.normalize(str(v))
         out[k] = v
     return out
+
+
+def check_partitions(n: int, option: str) -> int:
+    if n <= 0:
+        raise InvalidArgument(f"{option} {n} must be at least 1")
+    if n > MAX_PARTITIONS:
+        raise InvalidArgument(f"{option} {n} is too large; Kafka allows at most {MAX_PARTITIONS} partitions")
+    return n
 
 
 def kafka_configs(rec: Record, timestamptype: str | None = None) -> dict[str, str]:

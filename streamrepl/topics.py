@@ -12,7 +12,7 @@ from .errors import AlreadyExists, InvalidArgument, NotFound
 from .metastore import Record
 from .paths import kafka_topic_name, validate_topic
 from .registry import Registry
-from .streams import TIMESTAMP_TYPES, Resolved, check_perm, kafka_configs, load
+from .streams import TIMESTAMP_TYPES, Resolved, check_partitions, check_perm, kafka_configs, load
 
 
 def _require_topic(r: Resolved, rec: Record, topic: str) -> dict[str, Any]:
@@ -28,9 +28,7 @@ def create(
     r, rec = load(reg, path)
     validate_topic(topic)
     check_perm(rec, "topicperm", r.path, "create topics")
-    n = rec["defaultpartitions"] if partitions is None else partitions
-    if n <= 0:
-        raise InvalidArgument(f"-partitions {n} must be at least 1")
+    n = rec["defaultpartitions"] if partitions is None else check_partitions(partitions, "-partitions")
     tstype = (timestamptype or rec["defaulttimestamptype"]).lower()
     if tstype not in TIMESTAMP_TYPES:
         raise InvalidArgument(f"-timestamptype {tstype} is not valid; use createtime or logappendtime")
@@ -79,8 +77,7 @@ def edit(
         raise InvalidArgument("nothing to change; give -partitions N or -timestamptype")
     name = kafka_topic_name(r.path, topic)
     if partitions is not None:
-        if partitions <= 0:
-            raise InvalidArgument(f"-partitions {partitions} must be at least 1")
+        check_partitions(partitions, "-partitions")
         if partitions < meta["partitions"]:
             raise InvalidArgument(
                 f"-partitions {partitions} is fewer than the {meta['partitions']} topic '{topic}' has;"

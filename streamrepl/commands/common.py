@@ -14,8 +14,9 @@ import click
 from ..errors import InvalidArgument, StreamreplError
 from ..output import OutputMode, emit, emit_error
 
-TRUE_WORDS = {"true", "yes", "1", "on", "y", "t"}
-FALSE_WORDS = {"false", "no", "0", "off", "n", "f"}
+#: maprcli's words, in any case; nothing else, so that a typo is an error rather than a guess.
+TRUE_WORDS = {"true", "yes"}
+FALSE_WORDS = {"false", "no"}
 
 
 class BoolWord(click.ParamType):

@@ -39,12 +39,7 @@ def up_cmd(clusters: str, dir: str | None) -> None:
 
     brokers = embedded.up([n.strip() for n in clusters.split(",") if n.strip()], _dir(dir))
     reg = embedded.registry_path(_dir(dir))
-    output(
-        [
-            {"cluster": b.cluster, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
-            for b in brokers
-        ]
-    )
+    output([{"cluster": b.cluster, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)} for b in brokers])
     click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
 
 

@@ -1,0 +1,242 @@
+"""The cluster registry: where it is found, how it is parsed, and that its secrets stay secret."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from streamrepl import registry
+from streamrepl.errors import RegistryError
+from streamrepl.local import EphemeralClusters
+
+SECRET = "s3cr3t-Planted-pw"
+
+
+def write(path: Path, clusters: dict[str, dict[str, object]], default: str | None = None, mode: int = 0o600) -> Path:
+    doc: dict[str, object] = {"clusters": clusters}
+    if default:
+        doc["default"] = default
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The three places the registry is looked for, moved into tmp_path; none exists yet."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv(registry.ENV_VAR, raising=False)
+    system = tmp_path / "etc" / "streamrepl" / "clusters.yaml"
+    monkeypatch.setattr(registry, "SYSTEM_PATH", system)
+    return {
+        "env": tmp_path / "env" / "clusters.yaml",
+        "user": home / ".config" / "streamrepl" / "clusters.yaml",
+        "system": system,
+        "explicit": tmp_path / "explicit.yaml",
+    }
+
+
+# -- lookup order -----------------------------------------------------------------------------
+def test_lookup_order(places: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, path in places.items():
+        write(path, {name: {"bootstrap.servers": "127.0.0.1:1"}})
+
+    assert set(registry.load().clusters) == {"user"}  # no env var: the user's file first
+    monkeypatch.setenv(registry.ENV_VAR, str(places["env"]))
+    assert set(registry.load().clusters) == {"env"}
+    assert set(registry.load(str(places["explicit"])).clusters) == {"explicit"}
+    monkeypatch.delenv(registry.ENV_VAR)
+    places["user"].unlink()
+    assert set(registry.load().clusters) == {"system"}
+    places["system"].unlink()
+    with pytest.raises(RegistryError, match="no cluster registry found"):
+        registry.load()
+
+
+def test_env_var_naming_a_missing_file_does_not_fall_through(
+    places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(places["user"], {"user": {"bootstrap.servers": "127.0.0.1:1"}})
+    monkeypatch.setenv(registry.ENV_VAR, str(places["env"]))
+    with pytest.raises(RegistryError, match=str(places["env"])):
+        registry.load()
+
+
+def test_explicit_path_expands_home(places: dict[str, Path]) -> None:
+    write(places["user"], {"user": {"bootstrap.servers": "127.0.0.1:1"}})
+    assert set(registry.load("~/.config/streamrepl/clusters.yaml").clusters) == {"user"}
+
+
+def test_default_cluster(tmp_path: Path) -> None:
+    p = write(tmp_path / "r.yaml", {"a": {"bootstrap.servers": "x:1"}, "b": {"bootstrap.servers": "y:1"}})
+    assert registry.load(str(p)).default == "a"  # the first one when none is named
+    p = write(tmp_path / "r.yaml", {"a": {"bootstrap.servers": "x:1"}, "b": {"bootstrap.servers": "y:1"}}, "b")
+    assert registry.load(str(p)).default == "b"
+
+
+def test_property_values_are_strings(tmp_path: Path) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text(
+        "clusters:\n  a:\n    bootstrap.servers: h:1\n    enable.ssl.certificate.verification: false\n    socket.timeout.ms: 5000\n"
+    )
+    p.chmod(0o600)
+    props = registry.load(str(p)).get("a").properties
+    assert props == {
+        "bootstrap.servers": "h:1",
+        "enable.ssl.certificate.verification": "false",
+        "socket.timeout.ms": "5000",
+    }
+
+
+def test_unknown_cluster_names_the_known_ones(tmp_path: Path) -> None:
+    p = write(tmp_path / "r.yaml", {"a": {"bootstrap.servers": "x:1"}})
+    with pytest.raises(Exception, match="unknown cluster 'zz' .*known: a"):
+        registry.load(str(p)).get("zz")
+
+
+# -- secrets ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "prop",
+    [
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "ssl.key.pem",
+        "SASL.PASSWORD",
+    ],
+)
+def test_secret_properties_are_masked(prop: str) -> None:
+    c = registry.Cluster("a", {"bootstrap.servers": "h:1", prop: SECRET, "sasl.username": "op"})
+    assert registry.is_secret(prop)
+    assert c.masked()[prop] == registry.MASK
+    assert c.masked()["sasl.username"] == "op"
+    assert c.secrets() == [SECRET]
+
+
+@pytest.mark.parametrize("prop", ["bootstrap.servers", "sasl.username", "security.protocol", "ssl.ca.location"])
+def test_ordinary_properties_are_shown(prop: str) -> None:
+    assert not registry.is_secret(prop)
+
+
+@pytest.fixture
+def secret_registry(clusters: EphemeralClusters, tmp_path: Path) -> Path:
+    """A registry for the live sanfrancisco broker that also holds secrets (ignored on PLAINTEXT)."""
+    return write(
+        tmp_path / "secret.yaml",
+        {
+            "sanfrancisco": {
+                "bootstrap.servers": clusters.brokers["sanfrancisco"].bootstrap,
+                "sasl.username": "operator",
+                "sasl.password": SECRET,
+                "ssl.key.password": SECRET + "2",
+            }
+        },
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fmt", [[], ["-json"], ["-noheader"]])
+def test_cluster_list_masks_secrets(secret_registry: Path, fmt: list[str]) -> None:
+    r = run_cli("cluster", "list", "-clusters", secret_registry, *fmt)
+    assert r.code == 0, r
+    assert SECRET not in r.stdout + r.stderr
+    assert registry.MASK in r.stdout
+    assert "sasl.username=operator" in r.stdout
+    if fmt == ["-json"]:
+        [row] = json.loads(r.stdout)["data"]
+        assert row["cluster"] == "sanfrancisco" and row["answers"] is True and row["default"] is True
+        assert "sasl.password=" + registry.MASK in row["properties"]
+
+
+@pytest.mark.e2e
+def test_errors_never_show_secrets(secret_registry: Path) -> None:
+    for args in (
+        ["stream", "info", "-path", "/sanfrancisco/nope"],
+        ["stream", "create", "-path", "/sanfrancisco/x", "-ttl", "-1"],
+        ["stream", "info", "-path", f"/sanfrancisco/{SECRET}"],
+    ):
+        r = run_cli(*args, "-clusters", secret_registry)
+        assert r.code != 0
+        assert SECRET not in r.stdout + r.stderr.replace(f"/sanfrancisco/{SECRET}", "")
+
+
+# -- -clusters option and $STREAMREPL_CLUSTERS through the CLI -----------------------------------
+@pytest.mark.e2e
+def test_cli_lookup_order(clusters: EphemeralClusters, tmp_path: Path) -> None:
+    bs = clusters.brokers["sanfrancisco"].bootstrap
+    env_reg = write(tmp_path / "env.yaml", {"fromenv": {"bootstrap.servers": bs}})
+    root_reg = write(tmp_path / "root.yaml", {"fromroot": {"bootstrap.servers": bs}})
+    verb_reg = write(tmp_path / "verb.yaml", {"fromverb": {"bootstrap.servers": bs}})
+
+    def names(*args: object) -> list[str]:
+        r = run_cli(*args, env={registry.ENV_VAR: str(env_reg)})
+        assert r.code == 0, r
+        return [row["cluster"] for row in json.loads(r.stdout)["data"]]
+
+    assert names("cluster", "list", "-json") == ["fromenv"]
+    assert names("-clusters", root_reg, "cluster", "list", "-json") == ["fromroot"]
+    assert names("--clusters", root_reg, "cluster", "list", "-json") == ["fromroot"]
+    assert names("cluster", "list", "-json", "-clusters", verb_reg) == ["fromverb"]
+    # The option nearer the verb wins.
+    assert names("-clusters", root_reg, "cluster", "list", "-json", "-clusters", verb_reg) == ["fromverb"]
+
+
+# -- a registry others can read -------------------------------------------------------------------
+WARNING = "others can read it"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "mode, secret, warned",
+    [
+        (0o644, True, True),  # world-readable
+        (0o640, True, True),  # group-readable
+        (0o604, True, True),
+        (0o600, True, False),
+        (0o400, True, False),
+        (0o644, False, False),  # nothing secret in it: nothing to warn about
+    ],
+)
+def test_warning_when_others_can_read_secrets(
+    clusters: EphemeralClusters, tmp_path: Path, mode: int, secret: bool, warned: bool
+) -> None:
+    props: dict[str, object] = {"bootstrap.servers": clusters.brokers["sanfrancisco"].bootstrap}
+    if secret:
+        props["sasl.password"] = SECRET
+    p = write(tmp_path / "r.yaml", {"sanfrancisco": props}, mode=mode)
+    r = run_cli("-clusters", p, "cluster", "list", "-json")
+    assert r.code == 0, r
+    assert (WARNING in r.stderr) == warned, r.stderr
+    assert SECRET not in r.stderr + r.stdout
+    if warned:
+        [line] = r.stderr.splitlines()
+        assert line.startswith("warning: ") and f"chmod 600 {p}" in line
+        json.loads(r.stdout)  # stdout stays machine-readable
+
+
+def test_no_warning_for_a_comment_that_mentions_a_password(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text("# the password is kept elsewhere\nclusters:\n  a:\n    bootstrap.servers: h:1\n")
+    p.chmod(0o644)
+    registry.load(str(p))
+    assert WARNING not in capsys.readouterr().err
+
+
+def test_warning_for_a_secret_in_any_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text(
+        "clusters:\n  a:\n    bootstrap.servers: h:1\n  b:\n    bootstrap.servers: h:2\n"
+        f"    sasl.oauthbearer.client.secret: {SECRET}\n"
+    )
+    p.chmod(0o644)
+    registry.load(str(p))
+    err = capsys.readouterr().err
+    assert WARNING in err and SECRET not in err
