@@ -59,6 +59,8 @@ class OffsetPreservingWriter:
         self.origin = origin
         self.label = label or f"{topic}[{partition}]"
         self.errors: list[str] = []
+        #: The offset after the last record the destination acknowledged where it was meant to land.
+        self.acked = next_offset
         self.records = 0
         self.bytes = 0
         self.skipped = 0
@@ -75,6 +77,8 @@ class OffsetPreservingWriter:
                     f"{self.label}: a record meant for offset {expected} landed at {msg.offset()};"
                     " something else writes into this replica"
                 )
+            elif expected >= self.acked:
+                self.acked = expected + 1
 
         return check
 
@@ -182,6 +186,10 @@ class OffsetPreservingWriter:
             self.next += 1
             n += 1
         return n
+
+    def idle(self) -> bool:
+        """True when everything this writer queued is acknowledged: the partition should end at `next`."""
+        return self.acked >= self.next
 
     def raise_errors(self) -> None:
         if self.errors:

@@ -19,11 +19,11 @@ import socket
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from . import broker, links, status, topics
+from . import broker, links, policy, status, topics
 from .applier import OffsetPreservingWriter, ReplicaConflict, resume_point
 from .errors import StreamreplError
 from .paths import kafka_topic_name
@@ -38,6 +38,7 @@ REFRESH_SECONDS = 2.0
 REPORT_SECONDS = 5.0
 THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # records/s per partition
 BATCH = 10000
+END_CHECK_TIMEOUT = 1.0  # seconds
 
 
 def slot_of(unit: links.Unit) -> int:
@@ -82,6 +83,7 @@ class Gateway:
         )
         self.reader = broker.consumer(self.cluster)
         self.group: Consumer | None = None
+        self._end_checks_off_until = 0.0
 
     # -- set-up ---------------------------------------------------------------------------
     def _ensure_internal_topics(self) -> None:
@@ -259,7 +261,41 @@ class Gateway:
                 state.writer.fill_to(m.offset())  # type: ignore[arg-type]
         return len(msgs)
 
+    def _end_unchanged(self, state: UnitState) -> bool:
+        """Before writing into a partition whose writes are all acknowledged, check that nothing else
+        wrote into it meanwhile (a stray producer): its record would shift every record written after it.
+        Under load the writer is never idle, so this costs a request only when a partition wakes up."""
+        now = time.monotonic()
+        if now < self._end_checks_off_until:
+            return True
+        w = state.writer
+        try:
+            _, high = self.reader.get_watermark_offsets(
+                TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
+            )
+        except KafkaException:
+            # The destination does not answer: do not stall every partition on it; writes are checked on delivery.
+            self._end_checks_off_until = now + 10
+            return True
+        if high > w.next:
+            self._fail(
+                state.unit,
+                f"{w.label}: the replica partition ends at offset {high}, past offset {w.next} where this gateway"
+                " left it; something else writes into this replica; replication of this partition stopped",
+            )
+            return False
+        return True
+
     def _write(self, state: UnitState, link: links.Link, batch: list[Message]) -> None:
+        w = state.writer
+        last = batch[-1]
+        if (
+            w.idle()
+            and cast(int, last.offset()) >= w.next
+            and policy.origin_of(last.headers(), link.src_uuid) != w.dst_uuid
+            and not self._end_unchanged(state)
+        ):
+            return
         while True:
             try:
                 before = state.writer.records
