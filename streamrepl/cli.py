@@ -40,6 +40,8 @@ ROOT_COMMANDS = {
     "cluster": "streamrepl.commands.cluster:cluster",
     "local": "streamrepl.commands.local:local",
     "gateway": "streamrepl.commands.gateway:gateway",
+    "produce": "streamrepl.commands.produce:produce",
+    "consume": "streamrepl.commands.produce:consume",
     "copystream": "streamrepl.commands.copy:copystream",
     "diffstreams": "streamrepl.commands.copy:diffstreams",
 }

@@ -11,6 +11,8 @@ SUBGROUPS = {
     "topic": "streamrepl.commands.topic:topic",
     "replica": "streamrepl.commands.replica:replica",
     "upstream": "streamrepl.commands.replica:upstream",
+    "cursor": "streamrepl.commands.cursor:cursor",
+    "assign": "streamrepl.commands.cursor:assign",
 }
 
 PERM_OPTIONS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")

@@ -1,0 +1,310 @@
+"""`streamrepl produce` and `streamrepl consume`: the operator's kcat for streams."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from typing import Any
+
+import click
+
+from ..cli import CONTEXT_SETTINGS
+from ..errors import InvalidArgument
+from .common import app, handles_errors, opt, output, require
+
+#: How long `consume -timeout` waits at most for a consumer group to hand out partitions.
+JOIN_WAIT = 30.0
+
+
+def _split_path(path: str) -> tuple[str, str | None]:
+    from ..paths import split_topic
+
+    return split_topic(require(path, "path"))
+
+
+def _header_pairs(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
+    out = []
+    for h in items:
+        k, sep, v = h.partition("=")
+        if not sep or not k:
+            raise InvalidArgument(f"-header '{h}' must be key=value")
+        out.append((k, v.encode()))
+    return out
+
+
+def _json_headers(value: Any, line: int) -> list[tuple[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [(str(k), _json_bytes(v, line)) for k, v in value.items()]
+    if isinstance(value, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in value):
+        return [(str(k), _json_bytes(v, line)) for k, v in value]
+    raise InvalidArgument(f"line {line}: 'headers' must be an object or a list of [key, value] pairs")
+
+
+def _json_bytes(v: Any, line: int) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.encode()
+    return json.dumps(v, separators=(",", ":")).encode()
+
+
+@click.command("produce", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="STREAM:TOPIC", help="Topic to write: <stream path>:<topic>.")
+@opt("key", metavar="KEY", help="Key of every record (lines format).")
+@opt("partition", type=int, metavar="N", help="Partition of every record (default: by key, else spread).")
+@opt("header", metavar="K=V", multiple=True, help="Header of every record; repeat for more.")
+@opt(
+    "format",
+    "fmt",
+    type=click.Choice(["lines", "json"]),
+    default="lines",
+    show_default=True,
+    help="lines: each line is a value; json: each line is {key, value, headers, partition, timestamp}.",
+)
+@opt(
+    "timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds to wait for the acknowledgement of the last records.",
+)
+@handles_errors
+def produce(
+    path: str, key: str | None, partition: int | None, header: tuple[str, ...], fmt: str, timeout: float
+) -> None:
+    """Write records read from stdin to a stream topic.
+
+    Prints one row per partition written (records, first and last offset); with -json, one
+    entry per record with its partition and offset. Records are acknowledged only once they
+    are on every synchronous replica of the stream (unless replication falls back to
+    asynchronous, which is reported on stderr).
+
+    \b
+    printf 'a\\nb\\n' | streamrepl produce -path /sanfrancisco/activity:clicks -key user-1
+    echo '{"key":"k","value":"v","headers":{"h":"1"}}' | streamrepl produce -path /s:t -format json
+    """
+    from ..client import Delivery, StreamProducer
+
+    stream, topic = _split_path(path)
+    if not topic:
+        raise InvalidArgument(f"-path {path} names no topic; write it as <stream path>:<topic>")
+    base_headers = _header_pairs(header)
+    results: list[Delivery] = []
+    errors: list[str] = []
+
+    def done(err: Any, d: Delivery) -> None:
+        if err is not None:
+            errors.append(err.str())
+        results.append(d)
+
+    p = StreamProducer(f"{stream}:{topic}", app().registry)
+    count = 0
+    try:
+        for n, raw in enumerate(sys.stdin.buffer, start=1):
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            if fmt == "lines":
+                p.produce(topic, line, key=key, headers=base_headers, partition=partition, on_delivery=done)
+            else:
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    raise InvalidArgument(f"line {n} is not JSON ({e})") from None
+                if not isinstance(obj, dict):
+                    raise InvalidArgument(f"line {n}: expected a JSON object with 'value' (and key, headers, ...)")
+                unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
+                if unknown:
+                    raise InvalidArgument(f"line {n}: unknown field '{sorted(unknown)[0]}'")
+                k = obj.get("key", key)
+                p.produce(
+                    topic,
+                    _json_bytes(obj.get("value"), n),
+                    key=_json_bytes(k, n) if k is not None else None,
+                    headers=base_headers + _json_headers(obj.get("headers"), n),
+                    partition=obj.get("partition", partition),
+                    timestamp=obj.get("timestamp"),
+                    on_delivery=done,
+                )
+            count += 1
+            if count % 10000 == 0:
+                p.poll(0)
+        left = p.flush(timeout)
+    finally:
+        p.close(timeout)
+    if p.stats["fallbacks"]:
+        sys.stderr.write(f"warning: synchronous replication fell back to asynchronous {p.stats['fallbacks']} time(s)\n")
+    if errors or left:
+        from ..errors import StreamreplError
+
+        why = errors[0] if errors else f"{left} records were not acknowledged within {timeout:g} s"
+        raise StreamreplError(f"{len(errors) + left} of {count} records were not written: {why}")
+    if app().mode.json:
+        output(
+            [
+                {"topic": d.topic, "partition": d.partition, "offset": d.offset, "synchronous": d.synchronous}
+                for d in results
+            ]
+        )
+        return
+    rows: dict[int, dict[str, Any]] = {}
+    for d in results:
+        row = rows.setdefault(
+            d.partition, {"topic": topic, "partition": d.partition, "records": 0, "firstoffset": d.offset}
+        )
+        row["records"] += 1
+        row["firstoffset"] = min(row["firstoffset"], d.offset)
+        row["lastoffset"] = max(row.get("lastoffset", -1), d.offset)
+    output([rows[k] for k in sorted(rows)], ["topic", "partition", "records", "firstoffset", "lastoffset"])
+
+
+def _text(b: bytes | None) -> str:
+    if b is None:
+        return ""
+    s = b.decode("utf-8", errors="backslashreplace")
+    return s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _json_field(b: bytes | None) -> tuple[Any, bool]:
+    if b is None:
+        return None, False
+    try:
+        return b.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(b).decode(), True
+
+
+def _record_json(r: Any) -> str:
+    key, kb64 = _json_field(r.key)
+    value, vb64 = _json_field(r.value)
+    headers = {}
+    for k, v in r.headers:
+        hv, _ = _json_field(v)
+        headers[k] = hv
+    doc: dict[str, Any] = {
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": key,
+        "value": value,
+        "headers": headers,
+    }
+    if kb64 or vb64:
+        doc["encoding"] = {"key": "base64" if kb64 else "utf-8", "value": "base64" if vb64 else "utf-8"}
+    if r.stream:
+        doc["stream"] = r.stream
+    return json.dumps(doc, separators=(",", ":"))
+
+
+@click.command("consume", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="STREAM[:TOPIC]", help="What to read: <stream path>:<topic>, or a whole stream.")
+@opt("group", metavar="GROUP", help="Consumer group; its committed offsets are where reading starts and are updated.")
+@opt(
+    "failover",
+    metavar="STREAM",
+    multiple=True,
+    help="A copy of the stream to continue on when the first fails; repeat for more.",
+)
+@opt(
+    "offset",
+    metavar="earliest|latest|N",
+    help="Start here instead of at the group's committed offsets (N<0: from the end).",
+)
+@opt("timestamp", type=int, metavar="MS", help="Start at the first record at or after this time (ms since the epoch).")
+@opt("partition", type=int, multiple=True, metavar="N", help="Only this partition; repeat for more.")
+@opt("count", type=int, metavar="N", help="Stop after N records.")
+@opt(
+    "timeout", type=float, metavar="S", help="Stop when no record came for S seconds (default: run until interrupted)."
+)
+@opt(
+    "failoverafter",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds a copy may be silent before switching to the next.",
+)
+@handles_errors
+def consume(
+    path: str,
+    group: str | None,
+    failover: tuple[str, ...],
+    offset: str | None,
+    timestamp: int | None,
+    partition: tuple[int, ...],
+    count: int | None,
+    timeout: float | None,
+    failoverafter: float,
+) -> None:
+    """Print the records of a stream topic, one per line, committing as it goes when -group is given.
+
+    Lines are tab-separated: topic, partition, offset, timestamp, key, value, headers (k=v,...),
+    with tabs, newlines and backslashes escaped; with -json each line is a JSON object with
+    topic, partition, offset, timestamp, key, value, headers (and stream, the copy read).
+
+    \b
+    streamrepl consume -path /sanfrancisco/activity:clicks -group billing -failover /newyork/activity
+    streamrepl consume -path /sanfrancisco/activity:clicks -offset -10 -count 10 -json
+    """
+    import time
+
+    from ..client import StreamConsumer
+
+    stream, topic = _split_path(path)
+    if count is not None and count < 0:
+        raise InvalidArgument(f"-count {count} is negative")
+    if offset is not None and offset not in ("earliest", "latest"):
+        try:
+            int(offset)
+        except ValueError:
+            raise InvalidArgument(f"-offset '{offset}' must be earliest, latest or an offset number") from None
+    if offset is not None and timestamp is not None:
+        raise InvalidArgument("give -offset or -timestamp, not both")
+    copies = [f"{stream}:{topic}" if topic else stream] + [f"{f}:{topic}" if topic else f for f in failover]
+    as_json = app().mode.json
+    c = StreamConsumer(
+        copies,
+        group,
+        [topic] if topic else None,
+        app().registry,
+        partitions=list(partition) or None,
+        start=offset,
+        start_timestamp=timestamp,
+        failover_after=failoverafter,
+    )
+    out = sys.stdout
+    seen = 0
+    started = last = time.monotonic()
+    try:
+        while count is None or seen < count:
+            try:
+                recs = c.consume(min(500, count - seen) if count is not None else 500, timeout=0.5)
+            except KeyboardInterrupt:
+                break
+            if not recs:
+                now = time.monotonic()
+                if not c.ready and now - started < JOIN_WAIT:
+                    last = now  # -timeout counts from when the consumer has its partitions
+                if timeout is not None and now - last >= timeout:
+                    break
+                continue
+            last = time.monotonic()
+            for r in recs:
+                if as_json:
+                    out.write(_record_json(r) + "\n")
+                else:
+                    hs = ",".join(f"{k}={_text(v)}" for k, v in r.headers)
+                    out.write(
+                        f"{r.topic}\t{r.partition}\t{r.offset}\t{r.timestamp}\t{_text(r.key)}\t{_text(r.value)}\t{hs}\n"
+                    )
+            out.flush()
+            seen += len(recs)
+            if group:
+                c.commit()
+    finally:
+        c.close()

@@ -1,0 +1,137 @@
+"""`streamrepl produce` and `streamrepl consume` round trips against real brokers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamrepl import registry, streams, topics
+from streamrepl.local import EphemeralClusters
+
+pytestmark = pytest.mark.e2e
+
+STREAMREPL = str(Path(sys.executable).with_name("streamrepl"))
+
+
+@pytest.fixture(scope="module")
+def ec() -> Iterator[EphemeralClusters]:
+    with EphemeralClusters(["sanfrancisco", "newyork"]) as clusters:
+        yield clusters
+
+
+@pytest.fixture(scope="module")
+def reg(ec: EphemeralClusters) -> registry.Registry:
+    return registry.load(str(ec.registry_path))
+
+
+@pytest.fixture
+def stream(reg: registry.Registry) -> str:
+    path = f"/sanfrancisco/pc{uuid.uuid4().hex[:6]}"
+    streams.create(reg, path, {"defaultpartitions": 2})
+    topics.create(reg, path, "clicks")
+    return path
+
+
+def cli(ec: EphemeralClusters, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STREAMREPL_CLUSTERS=str(ec.registry_path))
+    return subprocess.run([STREAMREPL, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60)
+
+
+def ok(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode == 0, p.stderr + p.stdout
+    return p.stdout
+
+
+def records(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_lines_round_trip_with_key_header_and_partition(ec: EphemeralClusters, stream: str) -> None:
+    out = ok(cli(ec, "produce", "-path", f"{stream}:clicks", "-key", "user-1", "-header", "src=web",
+                 "-header", "v=2", "-partition", "1", "-json", stdin="one\ntwo\tTAB\nthree\n"))  # fmt: skip
+    acks = json.loads(out)["data"]
+    assert [(a["partition"], a["offset"]) for a in acks] == [(1, 0), (1, 1), (1, 2)]
+
+    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-count", "3", "-json")))
+    assert [(r["partition"], r["offset"], r["key"], r["value"]) for r in got] == [
+        (1, 0, "user-1", "one"),
+        (1, 1, "user-1", "two\tTAB"),
+        (1, 2, "user-1", "three"),
+    ]
+    assert all(r["headers"] == {"src": "web", "v": "2"} and r["topic"] == "clicks" for r in got)
+
+    # Tab-separated by default, with tabs escaped so every record is one line of 7 fields.
+    lines = ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-partition", "1", "-offset", "1", "-count", "2"))
+    fields = [line.split("\t") for line in lines.splitlines()]
+    assert [f[:3] + f[4:] for f in fields] == [
+        ["clicks", "1", "1", "user-1", "two\\tTAB", "src=web,v=2"],
+        ["clicks", "1", "2", "user-1", "three", "src=web,v=2"],
+    ]
+
+    # The summary: one row per partition written.
+    summary = ok(cli(ec, "produce", "-path", f"{stream}:clicks", "-partition", "0", stdin="a\nb\n"))
+    assert summary.splitlines() == ["topic\tpartition\trecords\tfirstoffset\tlastoffset", "clicks\t0\t2\t0\t1"]
+
+
+def test_json_input_offsets_timestamps_and_groups(ec: EphemeralClusters, stream: str) -> None:
+    lines = [
+        json.dumps({"key": f"k{i}", "value": f"v{i}", "headers": {"n": str(i)}, "partition": 0, "timestamp": 1000 + i})
+        for i in range(6)
+    ]
+    ok(cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="\n".join(lines) + "\n"))
+
+    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-timestamp", "1003", "-timeout", "2", "-json")))
+    assert [(r["offset"], r["value"], r["timestamp"], r["headers"]) for r in got] == [
+        (i, f"v{i}", 1000 + i, {"n": str(i)}) for i in (3, 4, 5)
+    ]
+    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "-2", "-timeout", "2", "-json")))
+    assert [r["offset"] for r in got] == [4, 5]
+
+    # A group commits as it goes: a second run carries on where the first stopped.
+    first = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-group", "ops", "-count", "4", "-json")))
+    second = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-group", "ops", "-timeout", "3", "-json")))
+    assert [r["offset"] for r in first] == [0, 1, 2, 3]
+    assert [r["offset"] for r in second] == [4, 5]
+    cursors = json.loads(ok(cli(ec, "stream", "cursor", "list", "-path", stream, "-consumergroup", "ops", "-json")))
+    assert [(c["partitionid"], c["committedoffset"], c["lag"]) for c in cursors["data"]] == [(0, 6, 0)]
+
+
+def test_consume_fails_over_to_the_replica_when_the_primary_is_down(
+    ec: EphemeralClusters, reg: registry.Registry
+) -> None:
+    name = f"fo{uuid.uuid4().hex[:6]}"
+    sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    for path in (sf, ny):
+        streams.create(reg, path, {"defaultpartitions": 1})
+        topics.create(reg, path, "clicks")
+        ok(cli(ec, "produce", "-path", f"{path}:clicks", stdin="a\nb\nc\n"))
+    ec.freeze("sanfrancisco")
+    try:
+        got = records(ok(cli(ec, "consume", "-path", f"{sf}:clicks", "-failover", ny, "-offset", "earliest",
+                             "-count", "3", "-json")))  # fmt: skip
+    finally:
+        ec.thaw("sanfrancisco")
+    assert [(r["stream"], r["offset"], r["value"]) for r in got] == [(ny, 0, "a"), (ny, 1, "b"), (ny, 2, "c")]
+
+
+def test_usage_errors(ec: EphemeralClusters, stream: str) -> None:
+    p = cli(ec, "produce", "-path", stream, stdin="x\n")
+    assert p.returncode != 0 and "names no topic" in p.stderr
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="not json\n")
+    assert p.returncode != 0 and "line 1 is not JSON" in p.stderr
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-header", "novalue", stdin="x\n")
+    assert p.returncode != 0 and "must be key=value" in p.stderr
+    p = cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "5", "-timestamp", "9")
+    assert p.returncode != 0 and "not both" in p.stderr
+    p = cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "soon")
+    assert p.returncode != 0 and "-offset 'soon'" in p.stderr
+    p = cli(ec, "consume", "-path", f"{stream}:nope", "-count", "1", "-json")
+    assert p.returncode != 0 and json.loads(p.stdout)["status"] == "ERROR"
