@@ -6,12 +6,14 @@
 # _streamrepl_subcommands PATH: the sub-command words of the group PATH ('' is the root).
 _streamrepl_subcommands() {
     case "$1" in
-        '') echo 'cluster copystream diffstreams gateway local stream' ;;
+        '') echo 'cluster consume copystream diffstreams gateway local produce stream' ;;
         'cluster') echo 'gateway list' ;;
         'cluster gateway') echo 'list' ;;
         'gateway') echo 'start' ;;
         'local') echo 'down status up' ;;
-        'stream') echo 'create delete edit info list replica topic upstream' ;;
+        'stream') echo 'assign create cursor delete edit info list replica topic upstream' ;;
+        'stream assign') echo 'list' ;;
+        'stream cursor') echo 'delete list' ;;
         'stream replica') echo 'add autosetup edit list pause remove resume' ;;
         'stream topic') echo 'create delete edit info list' ;;
         'stream upstream') echo 'add list remove' ;;
@@ -26,6 +28,7 @@ _streamrepl_options() {
         'cluster gateway') echo '-h --help -help' ;;
         'cluster gateway list') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster list') echo '-timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'consume') echo '-path --path -group --group -failover --failover -offset --offset -timestamp --timestamp -partition --partition -count --count -timeout --timeout -failoverafter --failoverafter -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'diffstreams') echo '-src --src -dst --dst -outdir --outdir -first_exit --first_exit -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'gateway') echo '-h --help -help' ;;
@@ -34,8 +37,14 @@ _streamrepl_options() {
         'local down') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
         'local status') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
         'local up') echo '-clusters --clusters -dir --dir -noheader --noheader -json --json -h --help -help' ;;
+        'produce') echo '-path --path -key --key -partition --partition -header --header -format --format -timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream') echo '-h --help -help' ;;
+        'stream assign') echo '-h --help -help' ;;
+        'stream assign list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -copymetafrom --copymetafrom -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream cursor') echo '-h --help -help' ;;
+        'stream cursor delete') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream cursor list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream delete') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream edit') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream info') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -70,6 +79,16 @@ _streamrepl_value() {
         'cluster gateway list|-clusters'|'cluster gateway list|--clusters') echo 'file' ;;
         'cluster list|-timeout'|'cluster list|--timeout') echo 'value' ;;
         'cluster list|-clusters'|'cluster list|--clusters') echo 'file' ;;
+        'consume|-path'|'consume|--path') echo 'value' ;;
+        'consume|-group'|'consume|--group') echo 'value' ;;
+        'consume|-failover'|'consume|--failover') echo 'value' ;;
+        'consume|-offset'|'consume|--offset') echo 'value' ;;
+        'consume|-timestamp'|'consume|--timestamp') echo 'value' ;;
+        'consume|-partition'|'consume|--partition') echo 'value' ;;
+        'consume|-count'|'consume|--count') echo 'value' ;;
+        'consume|-timeout'|'consume|--timeout') echo 'value' ;;
+        'consume|-failoverafter'|'consume|--failoverafter') echo 'value' ;;
+        'consume|-clusters'|'consume|--clusters') echo 'file' ;;
         'copystream|-src'|'copystream|--src') echo 'value' ;;
         'copystream|-dst'|'copystream|--dst') echo 'value' ;;
         'copystream|-numthreads'|'copystream|--numthreads') echo 'value' ;;
@@ -92,6 +111,18 @@ _streamrepl_value() {
         'local status|-dir'|'local status|--dir') echo 'dir' ;;
         'local up|-clusters'|'local up|--clusters') echo 'value' ;;
         'local up|-dir'|'local up|--dir') echo 'dir' ;;
+        'produce|-path'|'produce|--path') echo 'value' ;;
+        'produce|-key'|'produce|--key') echo 'value' ;;
+        'produce|-partition'|'produce|--partition') echo 'value' ;;
+        'produce|-header'|'produce|--header') echo 'value' ;;
+        'produce|-format'|'produce|--format') echo 'choice:lines json' ;;
+        'produce|-timeout'|'produce|--timeout') echo 'value' ;;
+        'produce|-clusters'|'produce|--clusters') echo 'file' ;;
+        'stream assign list|-path'|'stream assign list|--path') echo 'value' ;;
+        'stream assign list|-consumergroup'|'stream assign list|--consumergroup') echo 'value' ;;
+        'stream assign list|-topic'|'stream assign list|--topic') echo 'value' ;;
+        'stream assign list|-partition'|'stream assign list|--partition') echo 'value' ;;
+        'stream assign list|-clusters'|'stream assign list|--clusters') echo 'file' ;;
         'stream create|-path'|'stream create|--path') echo 'value' ;;
         'stream create|-ttl'|'stream create|--ttl') echo 'value' ;;
         'stream create|-autocreate'|'stream create|--autocreate') echo 'choice:true false yes no' ;;
@@ -105,6 +136,16 @@ _streamrepl_value() {
         'stream create|-adminperm'|'stream create|--adminperm') echo 'value' ;;
         'stream create|-copymetafrom'|'stream create|--copymetafrom') echo 'value' ;;
         'stream create|-clusters'|'stream create|--clusters') echo 'file' ;;
+        'stream cursor delete|-path'|'stream cursor delete|--path') echo 'value' ;;
+        'stream cursor delete|-consumergroup'|'stream cursor delete|--consumergroup') echo 'value' ;;
+        'stream cursor delete|-topic'|'stream cursor delete|--topic') echo 'value' ;;
+        'stream cursor delete|-partition'|'stream cursor delete|--partition') echo 'value' ;;
+        'stream cursor delete|-clusters'|'stream cursor delete|--clusters') echo 'file' ;;
+        'stream cursor list|-path'|'stream cursor list|--path') echo 'value' ;;
+        'stream cursor list|-consumergroup'|'stream cursor list|--consumergroup') echo 'value' ;;
+        'stream cursor list|-topic'|'stream cursor list|--topic') echo 'value' ;;
+        'stream cursor list|-partition'|'stream cursor list|--partition') echo 'value' ;;
+        'stream cursor list|-clusters'|'stream cursor list|--clusters') echo 'file' ;;
         'stream delete|-path'|'stream delete|--path') echo 'value' ;;
         'stream delete|-clusters'|'stream delete|--clusters') echo 'file' ;;
         'stream edit|-path'|'stream edit|--path') echo 'value' ;;
