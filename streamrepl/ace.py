@@ -223,9 +223,7 @@ class _Parser:
                 raise self.fail(f"unknown prefix '{word.group()}:' at position {at} (use u:, g:, r: or p)")
             name = _NAME_RE.match(self.text, self.pos + 1)
             if name is None:
-                raise self.fail(
-                    f"expected a {PREFIXES[word.group()]} name after '{word.group()}:' at position {at}"
-                )
+                raise self.fail(f"expected a {PREFIXES[word.group()]} name after '{word.group()}:' at position {at}")
             self.pos = name.end()
             return Term(word.group(), name.group())
         if word.group() == "p":
@@ -237,9 +235,7 @@ def parse(text: str) -> Ace:
     """Parse an ACE; raises AceError with a one-line message saying what is wrong and where."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_BYTES:
-        raise AceError(
-            f"invalid access control expression {_quote(text)}: {size} bytes, limit is {MAX_BYTES}"
-        )
+        raise AceError(f"invalid access control expression {_quote(text)}: {size} bytes, limit is {MAX_BYTES}")
     if not text.strip() or text.strip() in ('""', "''"):  # shells often pass the empty ACE quoted
         return Ace()
     parser = _Parser(text)
@@ -272,9 +268,7 @@ def _names(value: str) -> frozenset[str]:
 
 def _identity_from_env(spec: str) -> Identity:
     def bad(detail: str) -> InvalidArgument:
-        return InvalidArgument(
-            f"invalid {ENV_VAR} {_quote(spec)}: {detail} (format: user=alice;groups=eng,qa)"
-        )
+        return InvalidArgument(f"invalid {ENV_VAR} {_quote(spec)}: {detail} (format: user=alice;groups=eng,qa)")
 
     parts: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in spec.split(";"))):

@@ -79,7 +79,7 @@ class MetaStore:
         # A short fetch wait and short polls: the log is small and read whole on every command, so
         # waiting for a full batch (consume's count) or for the broker's default 500 ms fetch wait
         # would cost every command a second or more.
-        c = broker.consumer(self.cluster, **{"fetch.wait.max.ms": 10})
+        c = broker.consumer(self.cluster)  # readers already use a 10 ms fetch wait
         try:
             c.assign([TopicPartition(METADATA_TOPIC, 0, 0)])
             deadline = time.monotonic() + broker.REQUEST_TIMEOUT

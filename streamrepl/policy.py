@@ -22,7 +22,6 @@ since the copy's own topics are CreateTime (so that the source's timestamps surv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 ORIGIN = "streamrepl.origin"

@@ -133,9 +133,7 @@ def test_documented_examples_parse_and_round_trip(text):
 
 def test_documented_complex_example_semantics():
     text = DOC_EXAMPLES[2]
-    assert normalize(text) == (
-        "u:cfkane | g:admin & !g:cl3 | g:qa & (g:app2 | g:app3) | g:ba & g:dept_7a | g:ds"
-    )
+    assert normalize(text) == ("u:cfkane | g:admin & !g:cl3 | g:qa & (g:app2 | g:app3) | g:ba & g:dept_7a | g:ds")
     assert allows(text, who("cfkane"))
     assert allows(text, who("x", groups=["admin"]))
     assert not allows(text, who("x", groups=["admin", "cl3"]))

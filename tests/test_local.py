@@ -106,9 +106,7 @@ def test_up_restarts_a_dead_broker(state_dir: Path) -> None:
     (old,) = local.up(["alpha"], state_dir)
     assert local.down(state_dir) == ["alpha"]
     # Record it again as if the broker had died behind our back.
-    (state_dir / "state.json").write_text(
-        json.dumps({"alpha": {"port": old.port, "pid": old.pid, "log": old.log}})
-    )
+    (state_dir / "state.json").write_text(json.dumps({"alpha": {"port": old.port, "pid": old.pid, "log": old.log}}))
     assert local.status(state_dir)[0]["running"] is False
     (new,) = local.up(["alpha"], state_dir)
     assert new.pid != old.pid

@@ -29,9 +29,7 @@ def settings_options(f: click.decorators.FC) -> click.decorators.FC:
     f = opt("defaulttimestamptype", metavar="createtime|logappendtime", help="Default timestamp type.")(f)
     f = opt("compression", metavar="off|lz4|zlib", help="Compression of the stream's topics.")(f)
     f = opt("defaultpartitions", type=int, help="Partitions of new topics (default 1).")(f)
-    f = opt(
-        "autocreate", type=BOOL, help="Create topics when a producer first writes to them (default true)."
-    )(f)
+    f = opt("autocreate", type=BOOL, help="Create topics when a producer first writes to them (default true).")(f)
     f = opt("ttl", type=int, help="Seconds before messages expire; 0 keeps them forever (default 604800).")(f)
     return f
 
