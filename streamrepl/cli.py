@@ -95,12 +95,47 @@ def _usage_message(e: click.ClickException, args: list[str]) -> str:
     return " ".join(message.split()).rstrip(".")
 
 
+def _command_path(args: list[str]) -> list[str]:
+    """The sub-commands named in `args`, for errors Click raises without a context."""
+    path: list[str] = []
+    current: click.Command = cli
+    for a in args:
+        if not isinstance(current, click.Group):
+            break
+        if a.startswith("-"):
+            continue
+        try:
+            sub = current.get_command(click.Context(current), a)
+        except Exception:  # noqa: BLE001 - a sub-command that fails to load is reported elsewhere
+            sub = None
+        if sub is None:
+            continue  # an option's value
+        path.append(a)
+        current = sub
+    return path
+
+
+def _missing_command(e: click.ClickException) -> str | None:
+    """One line instead of the whole help when a group is given no sub-command."""
+    ctx = getattr(e, "ctx", None)
+    no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())  # Click 8.2+
+    if not isinstance(e, no_args) or ctx is None:
+        return None
+    assert isinstance(ctx.command, click.Group)
+    verbs = ", ".join(ctx.command.list_commands(ctx))
+    return f"missing command; give one of: {verbs}"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         cli.main(args=args, prog_name="streamrepl", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except BrokenPipeError:
+        from .commands.common import stdout_closed
+
+        stdout_closed()
     except click.exceptions.Abort:
         sys.stderr.write("ERROR (4) - interrupted\n")
         sys.exit(130)
@@ -109,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
         from .output import OutputMode, emit_error
 
         ctx = getattr(e, "ctx", None)
-        command = " ".join(ctx.command_path.split()[1:]) if ctx is not None else ""
+        command = " ".join(ctx.command_path.split()[1:]) if ctx is not None else " ".join(_command_path(args))
         hint = f"see 'streamrepl {command} --help'" if command else "see 'streamrepl --help'"
-        emit_error(command, 22, f"{_usage_message(e, args)}; {hint}", OutputMode(json=_wants_json(args)))
+        message = _missing_command(e) or _usage_message(e, args)
+        emit_error(command, 22, f"{message}; {hint}", OutputMode(json=_wants_json(args)))
         sys.exit(2)

@@ -7,6 +7,7 @@ the stream:
     defaulttimestamptype            -> message.timestamp.type (CreateTime | LogAppendTime)
     compression off|lz4|zlib        -> compression.type uncompressed|lz4|gzip (zlib is DEFLATE, as gzip)
     compression snappy|zstd         -> compression.type snappy|zstd (streamrepl extensions)
+    compression inherit (default)   -> the broker's default; on edit, compression.type producer
     compact true|false              -> cleanup.policy compact|delete
     mincompactionlag (ms)           -> min.compaction.lag.ms
     deleteretention (ms)            -> delete.retention.ms
@@ -192,7 +193,12 @@ def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
         # Kafka first: if a broker refuses a setting, the stream record stays as it was.
         conf = kafka_configs(preview)
         conf.pop("message.timestamp.type", None)  # a topic keeps the type it was created with
-        broker.set_topic_configs(r.cluster, names, conf)
+        if preview.get("compression") == "inherit":
+            conf["compression.type"] = "producer"  # undo a codec set before: Kafka's own default
+        if names:
+            # Only topics the broker has: Apache Kafka refuses to configure a missing one.
+            present = broker.topics(r.cluster)
+            broker.set_topic_configs(r.cluster, [n for n in names if n in present], conf)
 
     def apply(current: Record | None) -> Record:
         if current is None:

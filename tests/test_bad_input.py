@@ -18,14 +18,13 @@ import re
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from conftest import STREAMREPL_BIN, Run, run_cli, unique_path
 
@@ -122,6 +121,10 @@ CASES = [
     c("missing-path-info", "stream", "info", expect="missing -path"),
     c("extra-argument", "stream", "create", "-path", "{NEW}", "extra", expect="unexpected extra argument"),
     c("unknown-verb", "stream", "frobnicate", expect="No such command"),
+    c("no-command", expect="missing command; give one of: .*stream"),
+    c("no-verb", "stream", expect="^stream: missing command; give one of: .*create"),
+    c("no-topic-verb", "stream", "topic", "-json", expect="^stream topic: "),
+    c("option-without-value-names-verb", "stream", "topic", "create", "-path", "{S}", "-topic", expect="^stream topic create: Option '-topic' requires an argument"),
     c("unknown-group", "frobnicate", expect="No such command"),
     # -- ACEs ----------------------------------------------------------------------------------
     c("ace-dangling-and", "stream", "create", "-path", "{NEW}", "-adminperm", "u:bob &", expect="expected a term"),
@@ -271,6 +274,7 @@ class Corpus:
     me: str
     offline: Any = None
     last: Any = None
+    _clients: dict[str, tuple[AdminClient, Consumer]] = field(default_factory=dict)
 
     def expand(self, case: Case) -> list[str]:
         new, new2 = unique_path(stem="new"), unique_path("newyork", stem="new")
@@ -290,35 +294,26 @@ class Corpus:
         listing = r.data()
         topics, ends = {}, {}
         for name, b in self.clusters.brokers.items():
-            md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10)
+            if name not in self._clients:
+                self._clients[name] = (
+                    AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 0}),
+                    Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bad-input-snapshot", "log_level": 0}),
+                )
+            admin, consumer = self._clients[name]
+            md = admin.list_topics(timeout=10)
             topics[name] = sorted((t, len(m.partitions)) for t, m in md.topics.items())
-            ends[name] = _metadata_records(b.bootstrap) if METADATA_TOPIC in md.topics else 0
+            # Any record written to the metadata topic moves its high watermark (even on Tansu,
+            # whose watermark is the base offset of the last batch + 1).
+            ends[name] = (
+                consumer.get_watermark_offsets(TopicPartition(METADATA_TOPIC, 0), timeout=10, cached=False)
+                if METADATA_TOPIC in md.topics
+                else None
+            )
         return listing, topics, ends
 
-
-def _metadata_records(bootstrap: str) -> int:
-    """How many records the metadata topic holds (read to the end, not trusting the watermark)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"count-{uuid.uuid4().hex[:6]}",
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-            "log_level": 0,
-        }
-    )
-    try:
-        c.assign([TopicPartition(METADATA_TOPIC, 0, 0)])
-        n, deadline = 0, time.monotonic() + 10
-        while time.monotonic() < deadline:
-            for m in c.consume(1000, timeout=0.01):
-                if m.error() is None:
-                    n += 1
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    return n
-        raise AssertionError("could not read the metadata topic to its end")
-    finally:
-        c.close()
+    def close(self) -> None:
+        for _, consumer in self._clients.values():
+            consumer.close()
 
 
 class Offline:
@@ -393,6 +388,7 @@ def corpus(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory
             yield corpus
         finally:
             corpus.offline.stop()
+            corpus.close()
 
 
 def assert_one_clear_error(case: Case, run: Run) -> str:

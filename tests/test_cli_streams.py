@@ -158,6 +158,10 @@ def test_edit_changes_settings_and_kafka_configs(cli: Cli, clusters: EphemeralCl
     # ttl 0 keeps messages forever.
     assert cli("stream", "edit", "-path", path, "-ttl", "0").code == 0
     assert topic_configs(clusters, "sanfrancisco", kt).get("retention.ms") == "-1"
+    # Back to inherit: the topics no longer force a codec.
+    assert cli("stream", "edit", "-path", path, "-compression", "inherit").code == 0
+    assert info(cli, path)["compression"] == "inherit"
+    assert topic_configs(clusters, "sanfrancisco", kt).get("compression.type", "producer") == "producer"
 
 
 def test_edit_compaction_settings(cli: Cli, clusters: EphemeralClusters) -> None:
@@ -352,3 +356,34 @@ def test_success_exit_zero_and_error_exit_nonzero_as_a_process(clusters: Ephemer
     assert bad.returncode == 1
     assert bad.stdout == ""
     assert re.fullmatch(r"ERROR \(17\) - stream create: stream .* already exists.*\n", bad.stderr)
+
+
+def test_edit_when_a_kafka_topic_went_missing(cli: Cli, clusters: EphemeralClusters) -> None:
+    # Someone deleted a stream's Kafka topic behind streamrepl's back: the stream can still be edited.
+    path = unique_path()
+    assert cli("stream", "create", "-path", path).code == 0
+    for t in ("gone", "kept"):
+        assert cli("stream", "topic", "create", "-path", path, "-topic", t).code == 0
+    rows = {r["topic"]: r["kafkatopic"] for r in cli("stream", "topic", "list", "-path", path, "-json").data()}
+    admin = AdminClient({"bootstrap.servers": clusters.brokers["sanfrancisco"].bootstrap})
+    admin.delete_topics([rows["gone"]])[rows["gone"]].result(10)
+    r = cli("stream", "edit", "-path", path, "-ttl", "60")
+    assert (r.code, r.stderr) == (0, ""), r
+    assert topic_configs(clusters, "sanfrancisco", rows["kept"]).get("retention.ms") == "60000"
+
+
+def test_output_into_a_closed_pipe_is_quiet(clusters: EphemeralClusters) -> None:
+    # `streamrepl stream list | head -1`: the reader leaving early is not an error to report.
+    assert run_proc(["stream", "create", "-path", unique_path()]).returncode == 0
+    import os
+    import subprocess
+
+    from conftest import STREAMREPL_BIN
+
+    r, w = os.pipe()
+    os.close(r)  # nobody will read
+    proc = subprocess.Popen([STREAMREPL_BIN, "stream", "list"], stdout=w, stderr=subprocess.PIPE, text=True)
+    os.close(w)
+    _, err = proc.communicate(timeout=60)
+    assert err == ""
+    assert proc.returncode == 141  # as if killed by SIGPIPE, like other Unix tools

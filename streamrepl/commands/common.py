@@ -121,6 +121,8 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
             report_error(command_name(ctx), e.code, e.message, a.mode)
         except KeyboardInterrupt:
             report_error(command_name(ctx), 4, "interrupted", a.mode, exit_code=130)
+        except BrokenPipeError:
+            stdout_closed()
         except Exception as e:  # noqa: BLE001 - the promise is one line, never a traceback
             if os.environ.get("STREAMREPL_DEBUG"):
                 raise
@@ -130,6 +132,17 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
             report_error(command_name(ctx), code, message, a.mode)
 
     return common_options(wrapper, registry_option)
+
+
+def stdout_closed() -> None:
+    """The reader of our output left (`streamrepl stream list | head -1`): stop quietly, as other
+    Unix tools do, with the status of a process killed by SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that flushing at exit does not fail again
+    except (OSError, ValueError):  # no real file behind stdout
+        pass
+    sys.exit(128 + 13)
 
 
 def report_error(command: str, code: int, message: str, mode: OutputMode, exit_code: int = 1) -> None:
