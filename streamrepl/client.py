@@ -608,27 +608,50 @@ class _SyncReplica:
     last_check: float = 0.0
     reader: Any = None
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    tailing: set[tuple[str, int]] = field(default_factory=set)
 
     def end(self, topic: str, p: int, needed: int) -> int:
-        """The replica partition's end, read for real only when its reported watermark is not past `needed`."""
+        """What the replica partition holds: at least its end as far as needed to say whether `needed` is there.
+
+        The reported high watermark settles it when it is past `needed` (always so on Apache
+        Kafka once the record is there). Brokers that under-report it (Tansu) are read instead:
+        a reader stays assigned to the partition from there on and follows its end, which costs
+        a few milliseconds rather than an assign-fetch-unassign round per question.
+        """
         if self.reader is None:
-            extra: dict[str, Any] = {"fetch.wait.max.ms": 10}
+            extra: dict[str, Any] = {"fetch.wait.max.ms": 5, "enable.partition.eof": True}
             self.reader = broker.consumer(self.cluster, **extra)
-        tp = TopicPartition(kafka_topic_name(self.stream, topic), p)
+        key = (topic, p)
+        known = self.ends.get(key, 0)
+        kt = kafka_topic_name(self.stream, topic)
         try:
-            _, high = self.reader.get_watermark_offsets(tp, timeout=2.0, cached=False)
-            end = int(high)
-            if end <= needed:
-                end = broker.true_end(self.reader, tp, timeout=2.0)
-        except (KafkaException, TimeoutError):
-            end = self.ends.get((topic, p), 0)
-        self.ends[(topic, p)] = max(end, self.ends.get((topic, p), 0))
-        return self.ends[(topic, p)]
+            _, high = self.reader.get_watermark_offsets(TopicPartition(kt, p), timeout=2.0, cached=False)
+        except KafkaException:
+            return known  # not created yet, or not answering: no progress
+        known = max(known, int(high))
+        if known <= needed:
+            if key not in self.tailing:
+                self.reader.incremental_assign([TopicPartition(kt, p, max(0, int(high) - 1))])
+                self.tailing.add(key)
+            for m in self.reader.consume(10000, timeout=0.005):
+                err = m.error()
+                mk = (self._topic_of(cast(str, m.topic())), cast(int, m.partition()))
+                if err is None:
+                    self.ends[mk] = max(self.ends.get(mk, 0), cast(int, m.offset()) + 1)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    self.ends[mk] = max(self.ends.get(mk, 0), cast(int, m.offset()))
+            known = max(known, self.ends.get(key, 0))
+        self.ends[key] = known
+        return known
+
+    def _topic_of(self, kt: str) -> str:
+        return kt[len(kafka_topic_name(self.stream, "x")) - 1 :]
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
             self.reader = None
+            self.tailing.clear()
 
 
 @dataclass
