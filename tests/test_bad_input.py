@@ -88,6 +88,16 @@ CASES = [
     c("delete-missing", "stream", "delete", "-path", "{NEW}", expect="does not exist"),
     c("info-missing", "stream", "info", "-path", "{NEW}", expect="does not exist"),
     c("list-unknown-cluster", "stream", "list", "-cluster", "atlantis", expect="unknown cluster 'atlantis'"),
+    c("local-up-no-cluster", "local", "up", "-clusters", " , ", "-dir", "{TMP}/local", expect="names no cluster"),
+    c("local-up-bad-name", "local", "up", "-clusters", "a b", "-dir", "{TMP}/local", expect="invalid cluster name 'a b'"),
+    c("local-up-dir-is-file", "local", "up", "-clusters", "x", "-dir", "{REG:invalid}", expect="is a file"),
+    c("local-status-dir-is-file", "local", "status", "-dir", "{REG:invalid}", expect="is a file"),
+    c("local-down-dir-is-file", "local", "down", "-dir", "{REG:invalid}", expect="is a file"),
+    c("cluster-list-timeout-negative", "cluster", "list", "-timeout", "-1", expect="-timeout"),
+    c("cluster-list-timeout-zero", "cluster", "list", "-timeout", "0", expect="-timeout"),
+    c("cluster-list-timeout-nan", "cluster", "list", "-timeout", "nan", expect="-timeout"),
+    c("cluster-list-timeout-inf", "cluster", "list", "-timeout", "inf", expect="-timeout"),
+    c("cluster-list-timeout-word", "cluster", "list", "-timeout", "soon", expect="not a valid float"),
     # -- option values -------------------------------------------------------------------------
     c("ttl-negative", "stream", "create", "-path", "{NEW}", "-ttl", "-5", expect="negative"),
     c("ttl-not-integer", "stream", "create", "-path", "{NEW}", "-ttl", "abc", expect="not a valid integer"),
@@ -281,7 +291,7 @@ class Corpus:
         out = []
         for a in case.args:
             a = a.replace("{S}", self.stream).replace("{NEW2}", new2).replace("{NEW}", new)
-            a = a.replace("{ME}", self.me)
+            a = a.replace("{ME}", self.me).replace("{TMP}", str(self.registries["missing"].parent))
             for m in re.finditer(r"\{REG:(\w+)\}", a):
                 a = a.replace(m.group(0), str(self.registries[m.group(1)]))
             out.append(a)

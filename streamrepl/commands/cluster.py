@@ -5,7 +5,11 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS, LazyGroup
+from ..errors import InvalidArgument
 from .common import app, handles_errors, opt, output
+
+#: The longest `cluster list -timeout` accepted, in seconds.
+MAX_TIMEOUT = 300.0
 
 SUBGROUPS: dict[str, str] = {"gateway": "streamrepl.commands.gateway:cluster_gateway"}
 
@@ -24,6 +28,8 @@ def list_cmd(timeout: float) -> None:
 
     from .. import broker
 
+    if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan; a negative timeout would wait forever
+        raise InvalidArgument(f"-timeout {timeout} must be more than 0 and at most {MAX_TIMEOUT:g} seconds")
     reg = app().registry
     clusters = list(reg.clusters.values())
     with ThreadPoolExecutor(max_workers=max(1, len(clusters))) as pool:

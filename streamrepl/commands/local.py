@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..cli import CONTEXT_SETTINGS
+from ..errors import InvalidArgument
 from .common import handles_errors, opt, output
 
 
@@ -15,8 +16,14 @@ def local() -> None:
     """Start, inspect and stop embedded Kafka-compatible clusters (Tansu brokers on loopback)."""
 
 
-def _dir(d: str | None) -> Path | None:
-    return Path(d).expanduser() if d else None
+def _dir(d: str | None) -> Path:
+    """The state directory: -dir, else $STREAMREPL_LOCAL_DIR, else the default; never a file."""
+    from .. import local as embedded
+
+    path = Path(d).expanduser() if d else embedded.default_state_dir()
+    if path.exists() and not path.is_dir():
+        raise InvalidArgument(f"state directory {path} is a file, not a directory; give another -dir")
+    return path
 
 
 @local.command("up", context_settings=CONTEXT_SETTINGS)
@@ -37,7 +44,10 @@ def up_cmd(clusters: str, dir: str | None) -> None:
     """Start one broker per cluster (or reuse the running ones) and write their registry."""
     from .. import local as embedded
 
-    brokers = embedded.up([n.strip() for n in clusters.split(",") if n.strip()], _dir(dir))
+    names = [n.strip() for n in clusters.split(",") if n.strip()]
+    if not names:
+        raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
+    brokers = embedded.up(names, _dir(dir))
     reg = embedded.registry_path(_dir(dir))
     output([{"cluster": b.cluster, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)} for b in brokers])
     click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
