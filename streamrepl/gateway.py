@@ -52,6 +52,8 @@ class UnitState:
     feeds: dict[str, tuple[links.Link, TopicPartition]] = field(default_factory=dict)  # link name -> source tp
     throttled_until: float = 0.0
     reported: tuple[str, int] = ("", -1)
+    #: feeds whose source end was compared with the replica's (see _recheck_lagging_feeds)
+    rechecked: set[str] = field(default_factory=set)
 
 
 class Gateway:
@@ -231,6 +233,7 @@ class Gateway:
             for link, src_kt in feeds:
                 if link.name not in state.feeds:
                     self._add_feed(state, link, src_kt)
+        self._recheck_lagging_feeds()
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
             self.sources.pop(name).close()
@@ -260,6 +263,27 @@ class Gateway:
                 # Offsets at the end of the source with no visible record (a transaction marker).
                 state.writer.fill_to(m.offset())  # type: ignore[arg-type]
         return len(msgs)
+
+    def _recheck_lagging_feeds(self) -> None:
+        """A feed starts at the replica partition's end. When its source ends before that, the replica's
+        records up to the source's end must have come from it (or be the replica's own): read the source's
+        last records again so that the writer checks their origin. Otherwise the same topic written in two
+        streams goes unnoticed for as long as the source stays behind. Uses the watermark the last fetch
+        brought (no request); each feed is looked at once per acquisition."""
+        for state in self.units.values():
+            for name, (_, tp) in state.feeds.items():
+                c = self.sources.get(name)
+                if name in state.rechecked or c is None:
+                    continue
+                try:
+                    _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+                except KafkaException:
+                    continue
+                if high < 0:
+                    continue  # no fetch answered yet
+                state.rechecked.add(name)
+                if 0 < high < state.writer.next:
+                    c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
 
     def _end_unchanged(self, state: UnitState) -> bool:
         """Before writing into a partition whose writes are all acknowledged, check that nothing else
