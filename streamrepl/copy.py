@@ -86,18 +86,13 @@ PRODUCER_TUNING: dict[str, Any] = {
     "message.timeout.ms": int(FLUSH_TIMEOUT * 1000),
 }
 READ_UNCOMMITTED = {"isolation.level": "read_uncommitted"}
+_ERROR = Message.error
 
 
 class CopyLocked(StreamreplError):
     """Another copystream run holds the destination."""
 
     code = errno.EBUSY
-
-
-class Incomplete(StreamreplError):
-    """Some partitions were not copied, or two streams differ."""
-
-    code = errno.EIO
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -256,6 +251,18 @@ def _stderr_to(path: str) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _starting(show: bool, text: str) -> Iterator[None]:
+    """A spinner on the terminal while Spark starts (through a copy of fd 2: the JVM gets fd 2 itself)."""
+    if not show:
+        yield
+        return
+    from rich.console import Console
+
+    with os.fdopen(os.dup(2), "w") as tty, Console(file=tty).status(text):
+        yield
+
+
 def _log_tail(path: str | None, lines: int = 8) -> str:
     if not path:
         return ""
@@ -402,7 +409,7 @@ def _batches(c: Consumer, tp: TopicPartition, end: int, label: str) -> Iterator[
         quiet_since = time.monotonic()
         eof: int | None = None
         good = msgs
-        if any(m.error() is not None for m in msgs):
+        if any(map(_ERROR, msgs)):
             good = []
             for m in msgs:
                 err = m.error()
@@ -740,7 +747,11 @@ def copystream(
         work = [i for i in items if i["end"] > i["est"]]
         if not work:
             return result
-        handle = start_spark(f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets)
+        show = sys.stderr.isatty() if progress is None else progress
+        with _starting(show, f"starting Spark ({master or 'local'})"):
+            handle = start_spark(
+                f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
+            )
         result.spark_seconds = handle.seconds
         sc = handle.sc
         cancel.append(sc.cancelAllJobs)
@@ -753,7 +764,6 @@ def copystream(
             "dst_uuid": dst_rec["uuid"],
             "dst_path": str(dst_r.path),
         }
-        show = sys.stderr.isatty() if progress is None else progress
         bar = _CopyProgress(show, dst_r.cluster, work, f"copystream {src_r.path} -> {dst_r.path}")
         t0 = time.monotonic()
         try:
@@ -971,7 +981,9 @@ def diffstreams(
     result = DiffResult(str(src_r.path), str(dst_r.path), [], len(items))
     if not items:
         return result
-    handle = start_spark(f"streamrepl diffstreams {src_r.path} {dst_r.path}", master, numthreads, conf, secrets)
+    show = sys.stderr.isatty() if progress is None else progress
+    with _starting(show, f"starting Spark ({master or 'local'})"):
+        handle = start_spark(f"streamrepl diffstreams {src_r.path} {dst_r.path}", master, numthreads, conf, secrets)
     result.spark_seconds = handle.seconds
     try:
         sc = handle.sc
@@ -985,7 +997,6 @@ def diffstreams(
             "first_exit": first_exit,
         }
         task = functools.partial(_diff_task, spec)
-        show = sys.stderr.isatty() if progress is None else progress
         bar = _TaskProgress(show, sc, len(items), f"diffstreams {src_r.path} {dst_r.path}")
         t0 = time.monotonic()
         # With -first_exit the partitions are compared in waves, and no wave starts after a difference.
@@ -1133,13 +1144,21 @@ def benchmark(n: int = 1_000_000, partitions: int = 4, size: int = 100, master: 
         }
 
 
-if __name__ == "__main__":
+def bench_main(argv: list[str] | None = None) -> None:
+    """`python -m streamrepl.copy [-n N] [-partitions P] [-size B] [-master URL]`: print the benchmark's figures."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m streamrepl.copy", description="copystream benchmark")
     ap.add_argument("-n", type=int, default=1_000_000, help="records (default 1000000)")
-    ap.add_argument("-partitions", type=int, default=4)
+    ap.add_argument("-partitions", type=int, default=4, help="partitions of the source topic (default 4)")
     ap.add_argument("-size", type=int, default=100, help="value bytes (default 100)")
-    ap.add_argument("-master", default=None)
-    a = ap.parse_args()
+    ap.add_argument("-master", default=None, help="Spark master (default local[*])")
+    a = ap.parse_args(argv)
     print(json.dumps(benchmark(a.n, a.partitions, a.size, a.master), indent=1))
+
+
+if __name__ == "__main__":
+    # Run from the imported module, not __main__: Spark tasks must find their functions by module name.
+    import importlib
+
+    importlib.import_module("streamrepl.copy").bench_main()

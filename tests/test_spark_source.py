@@ -15,6 +15,9 @@ from streamrepl.local import EphemeralClusters
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
+# Spark's Python data sources hand batches over as Arrow: no pyarrow, no data source.
+pytest.importorskip("pyarrow", reason="the Spark data source needs pyarrow (pip install pyarrow)")
+
 SRC = "/sanfrancisco/analytics"
 
 
