@@ -251,6 +251,29 @@ def test_gaps_become_fillers_and_later_offsets_line_up(env: Env, capsys: pytest.
     assert [r[0] for r in records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)][-3:] == [end, end + 1, end + 2]
 
 
+def test_an_open_transaction_stops_the_copy_until_it_is_decided(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    src, dst = "/sanfrancisco/open", "/newyork/open"
+    env.make_stream(src, ["t"], 1)
+    bs, kt = env.bootstrap("sanfrancisco"), env.kt(src, "t")
+    send(bs, kt, 4, 1, single=True)  # 0..3
+    tp = Producer({"bootstrap.servers": bs, "transactional.id": "copy-open", "log_level": 0})
+    tp.init_transactions(10)
+    tp.begin_transaction()
+    tp.produce(kt, value=b"undecided", partition=0, timestamp=TS0)
+    tp.flush(10)  # offset 4: may still commit or abort
+    send(bs, kt, 2, 1, start=10, single=True)  # 5, 6: behind the open transaction
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-json")
+    assert code != 0
+    assert "stopped at offset 4 behind a transaction still open in the source" in out
+    assert [r[0] for r in records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)] == [0, 1, 2, 3]
+
+    tp.commit_transaction(10)
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+    assert code == 0, err
+    assert copied(out) == 3
+    assert assert_copied(env, src, dst, {"t": 1}) == (7, 1)  # the commit marker's filler
+
+
 def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     src, dst = "/sanfrancisco/busy", "/newyork/busy"
     env.make_stream(src, ["t"], 2)
