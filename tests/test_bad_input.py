@@ -12,9 +12,11 @@ admin and topic permissions for its creator only), {NEW} and {NEW2} are paths no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -324,6 +326,7 @@ class Corpus:
     def close(self) -> None:
         for _, consumer in self._clients.values():
             consumer.close()
+        self._clients.clear()  # let the admin clients go, so that the brokers can stop at once
 
 
 class Offline:
@@ -399,6 +402,12 @@ def corpus(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory
         finally:
             corpus.offline.stop()
             corpus.close()
+            # A broker that was frozen with clients connected waits for them on SIGTERM (5 s);
+            # it holds nothing worth a clean stop: kill the one this fixture started.
+            pid = stalled.brokers["stalled"].pid
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
 
 
 def assert_one_clear_error(case: Case, run: Run) -> str:

@@ -142,7 +142,7 @@ def test_two_processes_edit_different_aces_of_the_same_stream(clusters: Ephemera
 def test_metastore_update_loses_no_increment(clusters: EphemeralClusters) -> None:
     path = unique_path(stem="race")
     assert run_cli("stream", "create", "-path", path).code == 0
-    rounds = 25
+    rounds = 15
     inner = path.split("/", 2)[2]
     results = _race(
         _store_worker,
