@@ -215,9 +215,16 @@ def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
 def delete(reg: Registry, path: str) -> None:
     r, rec = load(reg, path)
     check_perm(rec, "adminperm", r.path, "delete it")
-    existing = broker.topics(r.cluster)
     prefix = kafka_topic_name(r.path, "x")[:-1]
-    broker.delete_topics(r.cluster, [t for t in existing if t.startswith(prefix)])
+    for attempt in range(3):
+        try:
+            broker.delete_topics(r.cluster, [t for t in broker.topics(r.cluster) if t.startswith(prefix)])
+            break
+        except NotFound:
+            # A topic went away between listing and deleting (someone deleted it meanwhile;
+            # Apache Kafka then refuses the whole request): list again.
+            if attempt == 2:
+                raise
 
     def drop(current: Record | None) -> None:
         if current is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from . import broker
-from .errors import AlreadyExists, InvalidArgument, NotFound
+from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .metastore import Record
 from .paths import kafka_topic_name, validate_topic
 from .registry import Registry
@@ -48,7 +49,10 @@ def create(
     try:
         r.store.update(r.path.path, add)
     except Exception:
-        broker.delete_topics(r.cluster, [name])  # nothing half-made
+        # Nothing half-made; best effort, so that the user hears why the update failed
+        # (a stream deleted meanwhile takes its Kafka topics with it).
+        with contextlib.suppress(StreamreplError):
+            broker.delete_topics(r.cluster, [name])
         raise
     return {"topic": topic, "partitions": n, "timestamptype": tstype, "kafkatopic": name}
 

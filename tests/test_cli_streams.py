@@ -387,3 +387,39 @@ def test_output_into_a_closed_pipe_is_quiet(clusters: EphemeralClusters) -> None
     _, err = proc.communicate(timeout=60)
     assert err == ""
     assert proc.returncode == 141  # as if killed by SIGPIPE, like other Unix tools
+
+
+def test_delete_while_a_topic_goes_away(cli: Cli, clusters: EphemeralClusters, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic deleted by someone else between listing and deleting does not stop the stream's deletion."""
+    from streamrepl import broker
+    from streamrepl.errors import NotFound
+
+    path = unique_path()
+    assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "topic", "create", "-path", path, "-topic", "t").code == 0
+    kt = cli("stream", "topic", "list", "-path", path, "-json").data()[0]["kafkatopic"]
+    real, real_delete = broker.topics, broker.delete_topics
+    ghost = kt[:-1] + "ghost"
+    deletions: list[list[str]] = []
+
+    def listing_with_a_ghost(cluster: object, *a: object, **kw: object) -> dict[str, int]:
+        out = dict(real(cluster, *a, **kw))  # type: ignore[arg-type]
+        if not deletions:
+            out[ghost] = 1  # listed, but gone by the time it is deleted
+        return out
+
+    def delete_like_kafka(cluster: object, names: list[str]) -> None:
+        deletions.append(names)
+        # Apache Kafka refuses to delete a topic it does not have (Tansu says nothing).
+        if ghost in names:
+            real_delete(cluster, [n for n in names if n != ghost])  # type: ignore[arg-type]
+            raise NotFound(f"Kafka topic '{ghost}' does not exist")
+        real_delete(cluster, names)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(broker, "topics", listing_with_a_ghost)
+    monkeypatch.setattr(broker, "delete_topics", delete_like_kafka)
+    r = cli("stream", "delete", "-path", path)
+    assert (r.code, r.stderr) == (0, ""), r
+    assert deletions and ghost in deletions[0]
+    monkeypatch.undo()
+    assert path not in listed(cli)

@@ -6,6 +6,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -230,3 +231,25 @@ def test_kafka_error_text_is_one_line(cli: Cli) -> None:
     assert cli("stream", "topic", "create", "-path", path, "-topic", "dup").code == 0
     r = cli("stream", "topic", "create", "-path", path, "-topic", "dup")
     assert "already exists" in one_error_line(r)
+
+
+def test_topic_create_racing_a_stream_delete(
+    cli: Cli, clusters: EphemeralClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is deleted (Kafka topics first) between the Kafka topic's creation and the record
+    update: the user hears that the stream went away, not about the clean-up."""
+    from streamrepl import metastore
+    from streamrepl.errors import NotFound
+
+    path = make_stream(cli)
+    admin = AdminClient({"bootstrap.servers": bootstrap(clusters)})
+
+    def concurrent_delete(self: metastore.MetaStore, p: str, edit: Any) -> None:
+        doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith("sr.") and t.endswith(".late")]
+        for fut in admin.delete_topics(doomed).values():
+            fut.result(10)
+        raise NotFound(f"stream {p} was deleted meanwhile")
+
+    monkeypatch.setattr(metastore.MetaStore, "update", concurrent_delete)
+    r = cli("stream", "topic", "create", "-path", path, "-topic", "late")
+    assert "was deleted meanwhile" in one_error_line(r)

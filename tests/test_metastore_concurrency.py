@@ -157,3 +157,16 @@ def test_metastore_update_loses_no_increment(clusters: EphemeralClusters) -> Non
     assert rec["counters"] == {k: v for k, v in done.items() if v}
     assert rec["total"] == sum(done.values())
     assert sum(done.values()) + sum(r for _, _, r in results) == 2 * rounds
+
+
+def test_two_processes_create_the_same_stream(clusters: EphemeralClusters) -> None:
+    paths = [unique_path(stem="twin") for _ in range(5)]
+    jobs = [["stream", "create", "-path", p, "-ttl", "60"] for p in paths]
+    results = dict(_race(_worker, {"x": (jobs,), "y": (jobs,)}))
+    for i, p in enumerate(paths):
+        outcomes = sorted((results[w][i][1], results[w][i][3]) for w in ("x", "y"))
+        # Exactly one creates it; the other is told it exists (or, at worst, to try again).
+        assert outcomes[0][0] == 0, outcomes
+        assert outcomes[1][0] != 0, f"{p} created twice: {outcomes}"
+        assert "already exists" in outcomes[1][1] or CONCURRENT in outcomes[1][1], outcomes
+        assert info(p)["ttl"] == 60
