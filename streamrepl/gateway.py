@@ -396,8 +396,25 @@ class Gateway:
     def stop(self, *_: Any) -> None:
         self.stopping = True
 
+    def _wait_for_destination(self) -> None:
+        """A gateway is a long-running worker: a destination that does not answer yet is waited for
+        (with backoff), not a reason to exit."""
+        delay = 0.5
+        while not self.stopping:
+            try:
+                self._ensure_internal_topics()
+                return
+            except StreamreplError as e:
+                log.warning("%s; retrying in %.0f s", e, delay)
+                until = time.monotonic() + delay
+                while not self.stopping and time.monotonic() < until:
+                    time.sleep(0.1)
+                delay = min(delay * 2, 10.0)
+
     def run(self, max_seconds: float | None = None) -> None:
-        self._ensure_internal_topics()
+        self._wait_for_destination()
+        if self.stopping:
+            return
         self._join()
         assert self.group is not None
         self._next_refresh = 0.0
