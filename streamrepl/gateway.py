@@ -233,6 +233,9 @@ class Gateway:
             for link, src_kt in feeds:
                 if link.name not in state.feeds:
                     self._add_feed(state, link, src_kt)
+                elif state.feeds[link.name][0] != link:
+                    # The link's settings changed (`replica edit -throttle ...`): follow them.
+                    state.feeds[link.name] = (link, state.feeds[link.name][1])
         self._recheck_lagging_feeds()
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:

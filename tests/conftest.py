@@ -15,9 +15,8 @@ import sys
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from click.testing import CliRunner
@@ -29,16 +28,12 @@ CLUSTERS = ["sanfrancisco", "newyork"]
 STREAMREPL_BIN = str(Path(sys.executable).with_name("streamrepl"))
 
 
-@dataclass
-class Run:
-    """What one CLI invocation did; unpacks as (exit_code, stdout, stderr)."""
+class Run(NamedTuple):
+    """What one CLI invocation did: a tuple (exit_code, stdout, stderr)."""
 
     code: int
     stdout: str
     stderr: str
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.code, self.stdout, self.stderr))
 
     def json(self) -> Any:
         return json.loads(self.stdout)
@@ -50,8 +45,9 @@ class Run:
 
 
 def run_cli(*args: object, env: Mapping[str, str | None] | None = None) -> Run:
-    """Run `streamrepl <args>` (given one by one, or as one list) in this process through CliRunner's isolation, exactly as the
-    console script does (`streamrepl.cli:main`, so usage errors get the one-line format too).
+    """Run `streamrepl <args>` (given one by one, or as one list) in this process, through
+    CliRunner's isolation, exactly as the console script does (`streamrepl.cli:main`, so usage
+    errors get the one-line format too).
 
     Click 8.2+ keeps stderr apart from stdout. An exception escaping main() is a bug: its
     traceback is put on stderr (and the exit code is -1) so that assertions show it.
