@@ -37,6 +37,7 @@ SLOTS = 64
 REFRESH_SECONDS = 2.0
 REPORT_SECONDS = 5.0
 THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # records/s per partition
+THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
 
@@ -262,8 +263,9 @@ class Gateway:
         for m in eofs:
             unit = self.by_source.get((link.name, m.topic(), m.partition()))  # type: ignore[arg-type]
             state = self.units.get(unit) if unit else None
-            if state is not None and m.offset() > state.writer.next:  # type: ignore[operator]
+            if state is not None and not state.throttled_until and m.offset() > state.writer.next:  # type: ignore[operator]
                 # Offsets at the end of the source with no visible record (a transaction marker).
+                # (Not while throttled: the records after the slice written are not applied yet.)
                 state.writer.fill_to(m.offset())  # type: ignore[arg-type]
         return len(msgs)
 
@@ -323,6 +325,12 @@ class Gateway:
             and not self._end_unchanged(state)
         ):
             return
+        rest: list[Message] = []
+        if link.throttle:
+            # Write one slice, then pause the partition for as long as the slice takes at the capped
+            # rate; the records after the slice are fetched again when it resumes.
+            cap = max(1, int(THROTTLE_RATE * THROTTLE_SLICE))
+            batch, rest = batch[:cap], batch[cap:]
         while True:
             try:
                 before = state.writer.records
@@ -342,6 +350,8 @@ class Gateway:
             if c is not None:
                 state.throttled_until = time.monotonic() + len(batch) / THROTTLE_RATE
                 c.pause([TopicPartition(tp.topic, tp.partition)])
+                if rest:
+                    c.seek(TopicPartition(tp.topic, tp.partition, cast(int, rest[0].offset())))
 
     def _unthrottle(self) -> None:
         now = time.monotonic()
