@@ -46,8 +46,9 @@ def cli_json(*args: str, registry: str | Path) -> list[dict]:
 class Gateways:
     """Gateway processes for one destination cluster."""
 
-    def __init__(self, registry: str | Path, cluster: str, logdir: Path):
+    def __init__(self, registry: str | Path, cluster: str, logdir: Path, env: dict[str, str] | None = None):
         self.registry, self.cluster, self.logdir = str(registry), cluster, logdir
+        self.env = env or {}
         self.procs: dict[str, subprocess.Popen] = {}
         self.count = 0
 
@@ -55,7 +56,7 @@ class Gateways:
         self.count += 1
         name = name or f"{self.cluster}-gw{self.count}"
         log = open(self.logdir / f"{name}.log", "a")  # noqa: SIM115
-        env = dict(os.environ, STREAMREPL_CLUSTERS=self.registry)
+        env = dict(os.environ, STREAMREPL_CLUSTERS=self.registry, **self.env)
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", self.cluster, "-id", name],
             stdout=log,

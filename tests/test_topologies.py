@@ -40,6 +40,7 @@ from streamrepl.paths import kafka_topic_name
 pytestmark = pytest.mark.e2e
 
 CLUSTERS = ["sanfrancisco", "newyork", "tokyo"]
+THROTTLE_RATE = 40
 
 
 @dataclass
@@ -58,7 +59,9 @@ class Env:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     logdir = tmp_path_factory.mktemp("gateways")
     with EphemeralClusters(CLUSTERS) as ec:
-        gws = [Gateways(ec.registry_path, c, logdir) for c in CLUSTERS]
+        # A low throttle rate (records/s per partition) makes `-throttle true` visible in a short test.
+        env = {"STREAMREPL_THROTTLE_RATE": str(THROTTLE_RATE)}
+        gws = [Gateways(ec.registry_path, c, logdir, env=env) for c in CLUSTERS]
         try:
             for g in gws:
                 g.start()
@@ -312,6 +315,28 @@ def test_pause_resume_new_topic_and_remove(env: Env) -> None:
         ("late", 1): 100,
         ("late", 2): 100,
     }
+
+
+def test_throttle_edits_take_effect_without_a_restart(env: Env) -> None:
+    n = name("thr")
+    a = new_stream(env.reg, f"/sanfrancisco/{n}")
+    b = new_stream(env.reg, f"/newyork/{n}", copyfrom=a)
+    new_topics(env.reg, a, {"t": 1})
+    link(env.reg, a, b)
+    produce_to(env, a, "t", 100, 1)
+    wait_replicated(env, a, b, {"t": 1})
+
+    def replicated() -> int:
+        return true_ends(env.bs_of(b), sp(b), {"t": 1})[("t", 0)]
+
+    cli("stream", "replica", "edit", "-path", a, "-replica", b, "-throttle", "true", registry=env.reg)
+    time.sleep(3)  # a metadata refresh
+    produce_to(env, a, "t", 600, 1, start=100)
+    time.sleep(3)
+    assert replicated() < 100 + 6 * THROTTLE_RATE, "-throttle true had no effect"
+    cli("stream", "replica", "edit", "-path", a, "-replica", b, "-throttle", "false", registry=env.reg)
+    wait_replicated(env, a, b, {"t": 1}, timeout=8)
+    assert assert_replica_of(env, a, b, {"t": 1}) == 700
 
 
 def test_two_way_agreement_needed(env: Env) -> None:
