@@ -4,9 +4,10 @@ Gateways of one destination cluster share the work through Kafka's own consumer-
 protocol. Each joins the group `streamrepl-gateways-<cluster>` on a slot topic of
 SLOTS partitions in the destination cluster; the round-robin assignor spreads the
 slots over the live gateways, and each destination partition hashes to one slot, so
-exactly one live gateway owns it. When a gateway dies its slots (and partitions) move
-to the others; when all are down, the sources keep the data and the first gateway back
-carries on from each replica partition's real end.
+exactly one live gateway owns it. When a gateway dies or stops (SIGTERM drains its
+writes, then it leaves like a crashed one: see shutdown()) its slots move to the others
+once its session expires (10 s); when all are down, the sources keep the data and the
+first gateway back carries on from each replica partition's real end.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -475,7 +477,13 @@ class Gateway:
         if left:
             log.error("%d records were not acknowledged before shutdown", left)
         if self.group is not None:
-            self.group.close()
+            # No group.close(): it would send LeaveGroup, and a LeaveGroup that reaches Tansu while the
+            # group is rebalancing leaves the group with a departed leader for good (every gateway stalls).
+            # Everything is drained, so leaving like a crashed gateway is safe: the slots move when the
+            # session expires. run_foreground() exits without destroying the consumer (which would leave).
+            for unit in list(self.units):
+                self._drop(unit)
+            self._left_open = self.group
             self.group = None
         for c in self.sources.values():
             c.close()
@@ -488,3 +496,8 @@ def run_foreground(reg: Registry, cluster: str, gateway_id: str | None = None) -
     signal.signal(signal.SIGTERM, gw.stop)
     signal.signal(signal.SIGINT, gw.stop)
     gw.run()
+    # Drained and stopped: exit without destroying the group consumer, which would send LeaveGroup.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
