@@ -292,10 +292,14 @@ class Gateway:
                 if 0 < high < state.writer.next:
                     c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
 
-    def _end_unchanged(self, state: UnitState) -> bool:
+    def _end_unchanged(self, state: UnitState, origin: str) -> bool:
         """Before writing into a partition whose writes are all acknowledged, check that nothing else
         wrote into it meanwhile (a stray producer): its record would shift every record written after it.
-        Under load the writer is never idle, so this costs a request only when a partition wakes up."""
+        Under load the writer is never idle, so this costs a request only when a partition wakes up.
+
+        When the records written meanwhile are copies of the same origin, another gateway took the
+        partition over (this one was stalled past its session, and has not heard yet): the partition
+        is let go, not failed; it is acquired again from its real end if this gateway still owns it."""
         now = time.monotonic()
         if now < self._end_checks_off_until:
             return True
@@ -309,6 +313,19 @@ class Gateway:
             self._end_checks_off_until = now + 10
             return True
         if high > w.next:
+            try:
+                rec = broker.last_record(self.reader, TopicPartition(w.topic, w.partition), high)
+            except KafkaException:
+                rec = None
+            if rec is not None and origin != w.dst_uuid and policy.origin_of(rec.headers(), w.dst_uuid) == origin:
+                log.warning(
+                    "%s: another gateway wrote up to offset %d meanwhile (this one left it at %d); letting it go",
+                    w.label,
+                    high,
+                    w.next,
+                )
+                self._drop(state.unit)
+                return False
             self._fail(
                 state.unit,
                 f"{w.label}: the replica partition ends at offset {high}, past offset {w.next} where this gateway"
@@ -320,13 +337,10 @@ class Gateway:
     def _write(self, state: UnitState, link: links.Link, batch: list[Message]) -> None:
         w = state.writer
         last = batch[-1]
-        if (
-            w.idle()
-            and cast(int, last.offset()) >= w.next
-            and policy.origin_of(last.headers(), link.src_uuid) != w.dst_uuid
-            and not self._end_unchanged(state)
-        ):
-            return
+        if w.idle() and cast(int, last.offset()) >= w.next:
+            origin = policy.origin_of(last.headers(), link.src_uuid)
+            if origin != w.dst_uuid and not self._end_unchanged(state, origin):
+                return
         rest: list[Message] = []
         if link.throttle:
             # Write one slice, then pause the partition for as long as the slice takes at the capped
