@@ -1,0 +1,62 @@
+"""What the chaos scenarios share: the brokers and gateways, and the table of results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamtools import Gateways, Tally
+
+from streamrepl.local import EphemeralClusters
+
+#: records/s per partition of a throttled link: low, so that `-throttle true` shows under the scenarios' load
+THROTTLE_RATE = 150
+GATEWAYS = ["ny0", "ny1", "ny2"]
+
+ROWS: list[dict] = []
+
+
+@dataclass
+class Chaos:
+    ec: EphemeralClusters
+    reg: Path
+    logdir: Path
+    gws: Gateways
+    rows: list[dict] = field(default_factory=lambda: ROWS)
+
+    def bs(self, cluster: str) -> str:
+        return self.ec.brokers[cluster].bootstrap
+
+    def ensure_gateways(self) -> None:
+        """All three newyork gateways running (a scenario before may have killed some)."""
+        for name in GATEWAYS:
+            p = self.gws.procs.get(name)
+            if p is None or p.poll() is not None:
+                self.gws.procs.pop(name, None)
+                self.gws.start(name)
+
+    def record(self, scenario: str, faults: str, t: Tally, seconds: float) -> None:
+        self.rows.append(
+            {
+                "scenario": scenario,
+                "records": t.records,
+                "faults": faults,
+                "lost": t.lost,
+                "doubled": t.doubled,
+                "misplaced": t.misplaced + t.strays,
+                "seconds": round(seconds),
+            }
+        )
+
+
+def table(rows: list[dict]) -> str:
+    out = [
+        "| scenario | records | faults injected | lost | doubled | misplaced offsets | time (s) |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['scenario']} | {r['records']:,} | {r['faults']} | {r['lost']} | {r['doubled']} |"
+            f" {r['misplaced']} | {r['seconds']} |"
+        )
+    return "\n".join(out)
