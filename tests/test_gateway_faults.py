@@ -140,7 +140,7 @@ def test_destination_frozen_20s_under_load(env: Env, newyork_gateways: Gateways)
             time.sleep(20)
         finally:
             env.ec.thaw("newyork")
-        time.sleep(4)
+        time.sleep(2)
     finally:
         sent = producer.stop()
     assert settle_and_compare(env, src, dst, TOPICS) == sent
