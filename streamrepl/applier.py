@@ -118,6 +118,9 @@ class OffsetPreservingWriter:
                     # the same in every copy, so the destination holds it at `o` already: move past it.
                     if o >= nxt:
                         nxt = o + 1
+                    if self.origin is None:
+                        # So this partition is the destination's own: a record of any other origin is a conflict.
+                        self.origin = dst_uuid
                     self.skipped += 1
                     continue
                 if self.origin is None:
