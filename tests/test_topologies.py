@@ -270,6 +270,36 @@ def test_conflict_stray_producer_in_a_replica(env: Env) -> None:
     assert true_ends(env.bs_of(b), sp(b), {"t": 2})[("t", 1)] == 100
 
 
+def test_conflict_stray_producer_in_the_copy_of_a_multimaster_topic(env: Env) -> None:
+    """sanfrancisco writes into its copy of a topic that newyork publishes: the partition would hold records
+    of two origins; newyork's gateway must stop it instead of applying them."""
+    n = name("mmstray")
+    a = new_stream(env.reg, f"/sanfrancisco/{n}")
+    b = new_stream(env.reg, f"/newyork/{n}", copyfrom=a)
+    new_topics(env.reg, b, {"t": 1})
+    link(env.reg, a, b)
+    link(env.reg, b, a)
+    wait_until(
+        lambda: [r["topic"] for r in cli_data("stream", "topic", "list", "-path", a, registry=env.reg)] == ["t"],
+        20,
+        "sanfrancisco's copy of the topic",
+    )
+    time.sleep(3)  # newyork's gateway sees it at its next refresh and takes the (empty) partition
+    produce_to(env, b, "t", 30, 1, tag="b")
+    wait_replicated(env, b, a, {"t": 1})
+    before = records(env, b, "t", 0)
+    produce_to(env, a, "t", 20, 1, start=30, tag="stray")  # straight into sanfrancisco's copy
+
+    def error_row() -> dict | None:
+        row = replica_rows(env.reg, a)[b]
+        return row if row["replicaState"] == "REPLICA_STATE_ERROR" else None
+
+    row = wait_until(error_row, 20, "newyork's gateway to report the second origin")
+    assert f"{n}:t[0]" in row["lasterror"], row["lasterror"]
+    time.sleep(1)
+    assert records(env, b, "t", 0) == before
+
+
 def test_pause_resume_new_topic_and_remove(env: Env) -> None:
     n = name("life")
     a = new_stream(env.reg, f"/sanfrancisco/{n}")
