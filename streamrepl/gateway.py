@@ -88,6 +88,8 @@ class Gateway:
         )
         self.reader = broker.consumer(self.cluster)
         self.group: Consumer | None = None
+        #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
+        self.leave_group = True
         self._end_checks_off_until = 0.0
 
     # -- set-up ---------------------------------------------------------------------------
@@ -490,11 +492,15 @@ class Gateway:
         left = self.producer.flush(30)
         if left:
             log.error("%d records were not acknowledged before shutdown", left)
-        if self.group is not None:
+        if self.group is not None and self.leave_group:
+            self.group.close()
+            self.group = None
+        elif self.group is not None:
             # No group.close(): it would send LeaveGroup, and a LeaveGroup that reaches Tansu while the
             # group is rebalancing leaves the group with a departed leader for good (every gateway stalls).
             # Everything is drained, so leaving like a crashed gateway is safe: the slots move when the
-            # session expires. run_foreground() exits without destroying the consumer (which would leave).
+            # session expires. run_foreground() then exits without destroying the consumer (which would
+            # leave); a consumer left open in a process that goes on would keep its slots.
             for unit in list(self.units):
                 self._drop(unit)
             self._left_open = self.group
@@ -507,6 +513,7 @@ class Gateway:
 
 def run_foreground(reg: Registry, cluster: str, gateway_id: str | None = None) -> None:
     gw = Gateway(reg, cluster, gateway_id)
+    gw.leave_group = False
     signal.signal(signal.SIGTERM, gw.stop)
     signal.signal(signal.SIGINT, gw.stop)
     gw.run()
