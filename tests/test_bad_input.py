@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clitools import STREAMREPL_BIN, Run, run_cli, unique_path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import STREAMREPL_BIN, Run, run_cli, unique_path
 
 from streamrepl.ace import current_identity
 from streamrepl.local import EphemeralClusters
