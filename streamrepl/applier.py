@@ -13,7 +13,8 @@ check fails, and the partition stops with a ReplicaConflict rather than going on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -64,11 +65,15 @@ class OffsetPreservingWriter:
         self.records = 0
         self.bytes = 0
         self.skipped = 0
+        #: called with the seconds from a batch's last source timestamp to its acknowledgement
+        self.observe: Callable[[float], None] | None = None
 
     def _conflict(self, why: str) -> ReplicaConflict:
         return ReplicaConflict(f"{self.label}: {why}; replication of this partition stopped")
 
-    def _delivered(self, expected: int) -> Any:
+    def _delivered(self, expected: int, ts: int = 0) -> Any:
+        observe = self.observe
+
         def check(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 self.errors.append(f"{self.label}: write failed: {err.str()}")
@@ -79,6 +84,8 @@ class OffsetPreservingWriter:
                 )
             elif expected >= self.acked:
                 self.acked = expected + 1
+                if observe is not None and ts > 0:
+                    observe(time.time() - ts / 1000)
 
         return check
 
@@ -151,7 +158,7 @@ class OffsetPreservingWriter:
                         value=value,
                         key=m.key(),
                         partition=partition,
-                        on_delivery=self._delivered(nxt),
+                        on_delivery=self._delivered(nxt, ts),
                         timestamp=ts if ts > 0 else 0,
                         headers=out_headers,
                     )

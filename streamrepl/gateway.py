@@ -18,8 +18,10 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from . import broker, links, policy, status, topics
 from .applier import OffsetPreservingWriter, ReplicaConflict, resume_point
 from .errors import StreamreplError
+from .metrics import LatencyHistogram, MetricsServer
 from .paths import kafka_topic_name
 from .registry import Registry
 from .streams import Resolved, kafka_configs
@@ -42,6 +45,10 @@ THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # rec
 THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
+#: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
+IDLE_SLEEP = 0.002
+#: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
+SOURCE_FETCH_WAIT_MS = 10
 
 
 def slot_of(unit: links.Unit) -> int:
@@ -74,6 +81,12 @@ class Gateway:
         self.applied = 0
         self.bytes = 0
         self.rebalances = 0
+        self.failures = 0
+        #: per link name: records and value bytes applied, and the replication latency (see metrics.py)
+        self.records_by_link: dict[str, int] = {}
+        self.bytes_by_link: dict[str, int] = {}
+        self.latency = LatencyHistogram()
+        self._observers: dict[str, Callable[[float], None]] = {}
         self.producer = broker.producer(
             self.cluster,
             **{
@@ -91,6 +104,12 @@ class Gateway:
         #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
         self.leave_group = True
         self._end_checks_off_until = 0.0
+        self._plan_lock = threading.Lock()
+        self._published: tuple[links.Plan, set[str]] | None = None
+        self._refresh_now = threading.Event()
+        #: source consumer name -> the link it reads (rebuilt with each plan)
+        self._links_by_source: dict[str, links.Link] = {}
+        self.metrics: MetricsServer | None = None
 
     # -- set-up ---------------------------------------------------------------------------
     def _ensure_internal_topics(self) -> None:
@@ -123,7 +142,7 @@ class Gateway:
         self.rebalances += 1
         self.slots = {tp.partition for tp in parts}
         log.info("gateway %s owns %d slots", self.id, len(self.slots))
-        self._next_refresh = 0.0
+        self._reapply = True
 
     def _on_revoke(self, _: Consumer, parts: list[TopicPartition]) -> None:
         self.rebalances += 1
@@ -139,7 +158,7 @@ class Gateway:
     def _source_consumer(self, link: links.Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:
-            extra: dict[str, Any] = {"fetch.wait.max.ms": 50, "queued.min.messages": 200000}
+            extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
             c = broker.consumer(link.src_cluster, **extra)
             self.sources[link.name] = c
         return c
@@ -202,18 +221,43 @@ class Gateway:
 
     def _fail(self, unit: links.Unit, error: str) -> None:
         log.error("%s", error)
+        self.failures += 1
         self.errored[unit] = error
         self._drop(unit)
         self._report(unit, "error", error)
 
     # -- refresh: follow the metadata -----------------------------------------------------------
+    # Reading the metadata (every stream record of every cluster involved, topic lists, topic creation)
+    # takes tens to hundreds of milliseconds: it runs in a thread of its own, so that the hot loop never
+    # waits for it; the loop only applies each new plan, which costs nothing when nothing changed.
+    def _watch_plan(self) -> None:
+        logged: list[str] = []
+        while not self.stopping:
+            try:
+                plan = links.discover(self.reg, self.cluster.name)
+                if plan.problems != logged:
+                    for p in plan.problems:
+                        log.warning("%s", p)
+                    logged = plan.problems
+                self._ensure_topics(plan)
+                present = set(broker.topics(self.cluster))
+                with self._plan_lock:
+                    self._published = (plan, present)
+            except StreamreplError as e:
+                log.warning("cannot read replication metadata: %s", e)
+            except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
+                log.exception("reading replication metadata failed")
+            self._refresh_now.wait(REFRESH_SECONDS)
+            self._refresh_now.clear()
+
     def refresh(self) -> None:
+        """Read the metadata and apply it now (the loop does this through the watcher thread)."""
         plan = links.discover(self.reg, self.cluster.name)
-        for p in plan.problems:
-            log.warning("%s", p)
         self._ensure_topics(plan)
+        self.apply_plan(plan, set(broker.topics(self.cluster)))
+
+    def apply_plan(self, plan: links.Plan, present: set[str]) -> None:
         self.plan = plan
-        present = broker.topics(self.cluster)
         wanted = {u: f for u, f in plan.units.items() if slot_of(u) in self.slots}
         for unit in [u for u in self.units if u not in wanted]:
             self.producer.flush(30)
@@ -229,7 +273,7 @@ class Gateway:
                     self._acquire(unit, feeds)
                 except ReplicaConflict as e:
                     self._fail(unit, str(e))
-                except Exception as e:  # noqa: BLE001 - retried on the next refresh
+                except Exception as e:  # noqa: BLE001 - retried with the next plan
                     log.warning("cannot start %s yet: %s", unit.key, e)
                 continue
             names = {link.name for link, _ in feeds}
@@ -245,6 +289,11 @@ class Gateway:
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
             self.sources.pop(name).close()
+        self._links_by_source = {
+            name: next(state.feeds[name][0] for state in self.units.values() if name in state.feeds)
+            for name in self.sources
+            if any(name in state.feeds for state in self.units.values())
+        }
 
     # -- the hot path ---------------------------------------------------------------------------
     def _apply(self, link: links.Link, msgs: list[Message]) -> int:
@@ -349,11 +398,18 @@ class Gateway:
             # rate; the records after the slice are fetched again when it resumes.
             cap = max(1, int(THROTTLE_RATE * THROTTLE_SLICE))
             batch, rest = batch[:cap], batch[cap:]
+        name = link.name
+        observe = self._observers.get(name)
+        if observe is None:
+            observe = self._observers[name] = lambda seconds: self.latency.observe(name, seconds)
+        w.observe = observe
         while True:
             try:
-                before = state.writer.records
-                state.writer.write(batch, link.src_uuid)
-                self.applied += state.writer.records - before
+                records, nbytes = w.records, w.bytes
+                w.write(batch, link.src_uuid)
+                self.applied += w.records - records
+                self.records_by_link[name] = self.records_by_link.get(name, 0) + w.records - records
+                self.bytes_by_link[name] = self.bytes_by_link.get(name, 0) + w.bytes - nbytes
                 break
             except BufferError:
                 # The destination is behind: let it drain, then go on from where the writer stopped.
@@ -389,6 +445,26 @@ class Gateway:
                 )
 
     # -- reporting ----------------------------------------------------------------------------
+    def pending(self) -> dict[str, int]:
+        """Source records not applied yet, per link, from the watermarks of the last fetches (no request).
+        Called from the metrics thread: works on snapshots, and a consumer closed meanwhile counts nothing."""
+        out: dict[str, int] = {}
+        for state in list(self.units.values()):
+            for name, (_, tp) in list(state.feeds.items()):
+                c = self.sources.get(name)
+                if c is None:
+                    continue
+                try:
+                    _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+                except (KafkaException, RuntimeError):
+                    continue
+                out[name] = out.get(name, 0) + max(0, high - state.writer.next)
+        return out
+
+    def cursor_stat(self, name: str) -> int:
+        """A counter of the cursor replication thread (0 when it does not run)."""
+        return int(getattr(getattr(self, "cursor_sync", None), name, 0) or 0)
+
     def _report(self, unit: links.Unit, state: str, error: str = "") -> None:
         feeds = self.units[unit].feeds if unit in self.units else {}
         names = [link.src for link, _ in feeds.values()] or [
@@ -423,9 +499,23 @@ class Gateway:
             status.STATUS_TOPIC, key=status.gateway_key(self.id).encode(), value=json.dumps(body).encode()
         )
 
+    def serve_metrics(self, addr: str, port: int) -> int:
+        """Serve Prometheus metrics (see metrics.py); returns the port. A port in use is a clear error."""
+        from .errors import InvalidArgument
+        from .metrics import MetricsServer
+
+        try:
+            self.metrics = MetricsServer(self, port, addr)
+        except OSError as e:
+            raise InvalidArgument(
+                f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; pick another -metricsport or -metricsaddr"
+            ) from None
+        return self.metrics.port
+
     # -- main loop ----------------------------------------------------------------------------
     def stop(self, *_: Any) -> None:
         self.stopping = True
+        self._refresh_now.set()
 
     def _wait_for_destination(self) -> None:
         """A gateway is a long-running worker: a destination that does not answer yet is waited for
@@ -448,7 +538,10 @@ class Gateway:
             return
         self._join()
         assert self.group is not None
-        self._next_refresh = 0.0
+        self._reapply = True
+        watcher = threading.Thread(target=self._watch_plan, name="plan-watcher", daemon=True)
+        watcher.start()
+        applied: tuple[links.Plan, set[str]] | None = None
         next_report = 0.0
         started = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
@@ -458,15 +551,13 @@ class Gateway:
                 if max_seconds is not None and now - started > max_seconds:
                     break
                 self.group.poll(0)  # drives heartbeats and rebalances
-                if now >= self._next_refresh:
-                    self._next_refresh = now + REFRESH_SECONDS
-                    try:
-                        self.refresh()
-                    except StreamreplError as e:
-                        log.warning("cannot read replication metadata: %s", e)
+                published = self._published
+                if published is not None and (published is not applied or self._reapply):
+                    applied, self._reapply = published, False
+                    self.apply_plan(*published)
                 busy = 0
                 for name, c in list(self.sources.items()):
-                    link = next((state.feeds[name][0] for state in self.units.values() if name in state.feeds), None)
+                    link = self._links_by_source.get(name)
                     if link is None:
                         continue
                     msgs = c.consume(BATCH, timeout=0)
@@ -479,7 +570,7 @@ class Gateway:
                     next_report = now + REPORT_SECONDS
                     self.report()
                 if not busy:
-                    time.sleep(0.01)
+                    time.sleep(IDLE_SLEEP)
         finally:
             self.shutdown()
 
@@ -509,11 +600,18 @@ class Gateway:
             c.close()
         self.sources.clear()
         self.reader.close()
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
 
 
-def run_foreground(reg: Registry, cluster: str, gateway_id: str | None = None) -> None:
+def run_foreground(
+    reg: Registry, cluster: str, gateway_id: str | None = None, metrics: tuple[str, int] | None = None
+) -> None:
     gw = Gateway(reg, cluster, gateway_id)
     gw.leave_group = False
+    if metrics is not None:
+        gw.serve_metrics(*metrics)
     signal.signal(signal.SIGTERM, gw.stop)
     signal.signal(signal.SIGINT, gw.stop)
     gw.run()

@@ -29,6 +29,7 @@ class Link:
     throttle: bool
     compression: str
     added: int
+    synchronous: bool = False
 
     @property
     def name(self) -> str:
@@ -92,6 +93,7 @@ def discover(reg: Registry, dst_cluster: str) -> Plan:
                 bool(entry.get("throttle")),
                 entry.get("networkcompression", "lz4"),
                 int(entry.get("added", 0)),
+                bool(entry.get("synchronous")),
             )
             plan.links.append(link)
             for topic, meta in srec.get("topics", {}).items():

@@ -52,13 +52,14 @@ class Gateways:
         self.procs: dict[str, subprocess.Popen] = {}
         self.count = 0
 
-    def start(self, name: str | None = None) -> str:
+    def start(self, name: str | None = None, *extra: str) -> str:
+        """Start a gateway process; `extra` are more `gateway start` options (e.g. "-metricsport", "9100")."""
         self.count += 1
         name = name or f"{self.cluster}-gw{self.count}"
         log = open(self.logdir / f"{name}.log", "a")  # noqa: SIM115
         env = dict(os.environ, STREAMREPL_CLUSTERS=self.registry, **self.env)
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", self.cluster, "-id", name],
+            [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", self.cluster, "-id", name, *extra],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -20,8 +20,12 @@ def gateway() -> None:
 @opt("cluster", metavar="NAME", help="Destination cluster whose replicas this gateway feeds.")
 @opt("id", "gateway_id", metavar="NAME", help="Gateway name (default: <host>-<pid>).")
 @opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@opt("metricsport", type=int, metavar="PORT", help="Serve Prometheus metrics on this port (GET /metrics; 0: any).")
+@opt("metricsaddr", metavar="ADDR", default="0.0.0.0", show_default=True, help="Address the metrics port listens on.")
 @handles_errors
-def start_cmd(cluster: str, gateway_id: str | None, loglevel: str, **_: object) -> None:
+def start_cmd(
+    cluster: str, gateway_id: str | None, loglevel: str, metricsport: int | None, metricsaddr: str, **_: object
+) -> None:
     """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster."""
     from ..errors import InvalidArgument
     from ..gateway import run_foreground
@@ -29,10 +33,12 @@ def start_cmd(cluster: str, gateway_id: str | None, loglevel: str, **_: object) 
     level = getattr(logging, loglevel.upper(), None)
     if not isinstance(level, int):
         raise InvalidArgument(f"-loglevel {loglevel} is not a level; use DEBUG, INFO, WARNING or ERROR")
+    if metricsport is not None and not 0 <= metricsport <= 65535:
+        raise InvalidArgument(f"-metricsport {metricsport} is not a port; use 1-65535, or 0 for any free port")
     reg = app().registry
     reg.get(require(cluster, "cluster"))
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run_foreground(reg, cluster, gateway_id)
+    run_foreground(reg, cluster, gateway_id, metrics=(metricsaddr, metricsport) if metricsport is not None else None)
 
 
 @click.group("gateway", context_settings=CONTEXT_SETTINGS)
