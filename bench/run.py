@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -28,7 +29,7 @@ from streamrepl.local import EphemeralClusters
 
 SRC, DST = "sanfrancisco", "newyork"
 PARTITIONS = 4
-VALUE = b"v" * 100
+VALUE = b"v" * 100  # the latency and failover runs' value; throughput runs take --sizes
 PY = sys.executable
 BIN = str(Path(PY).with_name("streamrepl"))
 
@@ -50,8 +51,8 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> Non
         f.result(30)
 
 
-def fill(bootstrap: str, topic: str, n: int) -> float:
-    """Write n records (key, 100-byte value, one header, a timestamp) as fast as possible; seconds taken."""
+def fill(bootstrap: str, topic: str, n: int, value: bytes = VALUE) -> float:
+    """Write n records (key, value, one header, a timestamp) as fast as possible; seconds taken."""
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -67,7 +68,7 @@ def fill(bootstrap: str, topic: str, n: int) -> float:
     for i in range(n):
         while True:
             try:
-                p.produce(topic, VALUE, str(i).encode(), partition=i % PARTITIONS, headers=hdr, timestamp=ts)
+                p.produce(topic, value, str(i).encode(), partition=i % PARTITIONS, headers=hdr, timestamp=ts)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -128,8 +129,12 @@ def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> 
             while True:
                 try:
                     p.produce(
-                        dst_topic, m.value(), m.key(), partition=m.partition(),
-                        headers=m.headers(), timestamp=m.timestamp()[1],
+                        dst_topic,
+                        m.value(),
+                        m.key(),
+                        partition=m.partition(),
+                        headers=m.headers(),
+                        timestamp=m.timestamp()[1],
                     )
                     break
                 except BufferError:
@@ -180,8 +185,14 @@ def latency(src: str, dst_cluster: object, src_topic: str, dst_topic: str, rate:
         if due > now:
             time.sleep(due - now)
         for _ in range(min(per, total - sent)):
-            p.produce(src_topic, VALUE, str(sent).encode(), partition=sent % PARTITIONS,
-                      headers=[("h", b"lat")], timestamp=int(time.time() * 1000))
+            p.produce(
+                src_topic,
+                VALUE,
+                str(sent).encode(),
+                partition=sent % PARTITIONS,
+                headers=[("h", b"lat")],
+                timestamp=int(time.time() * 1000),
+            )
             sent += 1
         p.poll(0)
     p.flush(30)
@@ -195,8 +206,13 @@ def latency(src: str, dst_cluster: object, src_topic: str, dst_topic: str, rate:
     got = sorted(lat)
     q = (lambda f: got[min(len(got) - 1, int(f * len(got)))]) if got else (lambda f: float("nan"))
     return {
-        "rate_target": rate, "rate_achieved": round(achieved), "seconds": seconds, "sent": total,
-        "received": len(got), "p50_ms": round(q(0.50), 1), "p99_ms": round(q(0.99), 1),
+        "rate_target": rate,
+        "rate_achieved": round(achieved),
+        "seconds": seconds,
+        "sent": total,
+        "received": len(got),
+        "p50_ms": round(q(0.50), 1),
+        "p99_ms": round(q(0.99), 1),
         "max_ms": round(got[-1], 1) if got else None,
     }
 
@@ -220,108 +236,328 @@ def machine() -> dict:
     return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "kernel": platform.release()}
 
 
+def kcat_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float | str:
+    """kcat consuming the source piped into kcat producing to the destination (key and value kept).
+    Seconds taken, or why it could not run."""
+    if shutil.which("kcat") is None:
+        return "kcat not on PATH (bench/setup installs it)"
+    t0 = time.perf_counter()
+    consume = subprocess.Popen(
+        ["kcat", "-C", "-b", src, "-t", src_topic, "-o", "beginning", "-e", "-q", "-K", "\t", "-c", str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    produce = subprocess.run(
+        ["kcat", "-P", "-b", dst, "-t", dst_topic, "-K", "\t"], stdin=consume.stdout, capture_output=True
+    )
+    _, err = consume.communicate()
+    if consume.returncode or produce.returncode:
+        why = (err or produce.stderr).decode(errors="replace").strip().splitlines()
+        return f"kcat failed: {why[-1] if why else consume.returncode}"
+    return time.perf_counter() - t0
+
+
+def start_gateway(logdir: Path, name: str, *extra: str) -> subprocess.Popen:
+    out = open(logdir / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(
+        [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name, *extra],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=os.environ,
+    )
+
+
+def slots_settled(logdir: Path, names: list[str], timeout: float = 90) -> float:
+    """Wait until the named gateways (fresh processes) together own all 64 slots, each some; seconds waited.
+    Read from their logs ("owns N slots", "gave up N slots"), which say it at once."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        owned = {}
+        for name in names:
+            n = 0
+            path = logdir / f"{name}.log"
+            for line in path.read_text().splitlines() if path.exists() else []:
+                if m := re.search(r"owns (\d+) slots", line):
+                    n = int(m.group(1))
+                elif m := re.search(r"gave up (\d+) slots", line):
+                    n -= int(m.group(1))
+            owned[name] = n
+        if sum(owned.values()) == 64 and all(owned.values()):
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise RuntimeError(f"gateways {names} did not settle their slots in {timeout:.0f}s; logs in {logdir}")
+
+
+def stop_gateways(gws: list[subprocess.Popen]) -> None:
+    for gw in gws:
+        gw.terminate()
+    for gw in gws:
+        try:
+            gw.wait(30)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+            gw.wait()
+
+
+def new_link(name: str, topics: list[str], paused: bool) -> tuple[str, str]:
+    src, dst = f"/{SRC}/{name}", f"/{DST}/{name}"
+    cli("stream", "create", "-path", src, "-defaultpartitions", str(PARTITIONS))
+    for t in topics:
+        cli("stream", "topic", "create", "-path", src, "-topic", t)
+    cli("stream", "create", "-path", dst, "-copymetafrom", src)
+    cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", str(paused).lower())
+    cli("stream", "upstream", "add", "-path", dst, "-upstream", src)
+    return src, dst
+
+
+def gateway_throughput(
+    sb: str, dst_cluster: object, logdir: Path, n: int, value: bytes, gateways: int, timeout: float
+) -> dict:
+    """n records preloaded on the source; `gateways` gateway processes; timed from `replica resume` until the
+    replica holds all n, and from its first record to its last (the steady rate, start-up excluded)."""
+    from streamrepl import broker
+
+    name = f"g{len(value)}x{gateways}"
+    src, dst = new_link(name, ["t"], paused=True)
+    cli("stream", "topic", "create", "-path", dst, "-topic", "t")
+    fill(sb, f"sr.{name}.t", n, value)
+    names = [f"{name}-{i}" for i in range(gateways)]
+    gws = [start_gateway(logdir, n) for n in names]
+    try:
+        slots_settled(logdir, names)
+        time.sleep(2)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        cli("stream", "replica", "resume", "-path", src, "-replica", dst)
+        t0 = time.perf_counter()
+        c = broker.consumer(dst_cluster)  # type: ignore[arg-type]
+        got, first = 0, None
+        while time.perf_counter() - t0 < timeout:
+            got = count(dst_cluster, f"sr.{name}.t", c)
+            if got and first is None:
+                first = (time.perf_counter(), got)
+            if got >= n:
+                break
+            time.sleep(0.05)
+        end = time.perf_counter()
+        c.close()
+        rss = [rss_peak(g.pid) for g in gws]
+    finally:
+        stop_gateways(gws)
+    dt = end - t0
+    steady = (got - first[1]) / (end - first[0]) if first and end > first[0] and got > first[1] else None
+    return {
+        "gateways": gateways,
+        "seconds": round(dt, 3),
+        "records_s": round(got / dt),
+        "delivered": got,
+        "complete": got >= n,
+        "steady_records_s": round(steady) if steady else None,
+        "MB_s": round(got * (len(value) + 13) / dt / 1e6, 1),
+        "peak_rss_MB": max((r for r in rss if r), default=None),
+    }
+
+
+def latency_run(sb: str, dst_cluster: object, src_cluster: object, logdir: Path, rate: int, seconds: float) -> dict:
+    """The floor (produce and consume on the source broker itself) and the same through a gateway, one run."""
+    create_topic(sb, "bench.floor")
+    floor = latency(sb, src_cluster, "bench.floor", "bench.floor", rate, seconds)
+    src, dst = new_link("lat", ["l"], paused=False)
+    gw = start_gateway(logdir, "lat", "-metricsport", "0", "-metricsaddr", "127.0.0.1")
+    try:
+        slots_settled(logdir, ["lat"])
+        time.sleep(3)
+        through = latency(sb, dst_cluster, "sr.lat.l", "sr.lat.l", rate, seconds)
+        through["peak_rss_MB"] = rss_peak(gw.pid)
+    finally:
+        stop_gateways([gw])
+    return {"floor": floor, "gateway": through}
+
+
+def owners(unit_prefix: str) -> dict[str, list[str]]:
+    """gateway id -> the replica partitions it reports (cluster gateway list)."""
+    rows = json.loads(cli("cluster", "gateway", "list", "-dstcluster", DST, "-json").stdout)["data"]
+    return {r["gateway"]: [u for u in str(r.get("replicates", "")).split() if u.startswith(unit_prefix)] for r in rows}
+
+
+def read_partition(cluster: object, topic: str, partition: int, end: int) -> list[tuple]:
+    from streamrepl import broker
+
+    c = broker.consumer(cluster, **{"enable.partition.eof": True})  # type: ignore[arg-type]
+    c.assign([TopicPartition(topic, partition, 0)])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 60
+    while len(out) < end and time.monotonic() < deadline:
+        for m in c.consume(10_000, timeout=0.5):
+            if m.error() is None:
+                out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
+    c.close()
+    return out
+
+
+def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, rate: int) -> dict:
+    """Two gateways under a steady produce; SIGKILL the one that owns partition 0; time from the kill to the
+    next record applied to that partition (by the survivor); then every record compared, offset by offset."""
+    from streamrepl import broker
+
+    src, dst = new_link("fo", ["f"], paused=False)
+    gws = {name: start_gateway(logdir, name) for name in ("fo-a", "fo-b")}
+    slots_settled(logdir, list(gws))
+    p = Producer({"bootstrap.servers": sb, "linger.ms": 1})
+    stop = threading.Event()
+    sent = [0]
+
+    def producer() -> None:
+        while not stop.is_set():
+            for _ in range(rate // 100):
+                p.produce("sr.fo.f", VALUE, str(sent[0]).encode(), partition=sent[0] % PARTITIONS)
+                sent[0] += 1
+            p.poll(0)
+            time.sleep(0.01)
+        p.flush(30)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    c = broker.consumer(dst_cluster)  # type: ignore[arg-type]
+    tp = TopicPartition("sr.fo.f", 0)
+    try:
+        unit = f"{dst}:f[0]"
+        found = None
+        deadline = time.monotonic() + 60
+        while found is None and time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                found = next((g for g, units in owners(f"{dst}:").items() if unit in units and g in gws), None)
+            except RuntimeError:
+                found = None
+        if found is None:
+            raise RuntimeError(f"no gateway reported {unit}; logs in {logdir}")
+        time.sleep(3)
+        victim = gws.pop(found)
+        victim.kill()
+        killed = time.perf_counter()
+        victim.wait()
+        time.sleep(0.2)  # what the victim had on the wire has landed by now
+        frozen = broker.true_end(c, tp)
+        resumed = None
+        while time.perf_counter() - killed < 90:
+            if broker.true_end(c, tp) > frozen:
+                resumed = time.perf_counter() - killed
+                break
+            time.sleep(0.05)
+        time.sleep(2)
+    finally:
+        stop.set()
+        th.join()
+    # Nothing lost, nothing doubled: wait for the replica, then compare every record of every partition.
+    tps = [TopicPartition("sr.fo.f", i) for i in range(PARTITIONS)]
+    src_c = broker.consumer(src_cluster)  # type: ignore[arg-type]
+    src_ends = broker.true_ends(src_c, tps)
+    deadline = time.monotonic() + 120
+    while broker.true_ends(c, tps) != src_ends and time.monotonic() < deadline:
+        time.sleep(0.5)
+    c.close()
+    src_c.close()
+    stop_gateways(list(gws.values()))
+    lost = doubled = misplaced = 0
+    for i in range(PARTITIONS):
+        a = read_partition(src_cluster, "sr.fo.f", i, src_ends[("sr.fo.f", i)])
+        b = read_partition(dst_cluster, "sr.fo.f", i, src_ends[("sr.fo.f", i)])
+        keys_b: dict[bytes | None, int] = {}
+        for r in b:
+            keys_b[r[1]] = keys_b.get(r[1], 0) + 1
+        lost += sum(1 for r in a if r[1] not in keys_b)
+        doubled += sum(k - 1 for k in keys_b.values() if k > 1)
+        misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
+    return {
+        "session_timeout_s": int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "6000")) / 1000,
+        "victim": found,
+        "seconds_to_next_record": round(resumed, 2) if resumed else None,
+        "records": sum(src_ends.values()),
+        "lost": lost,
+        "doubled": doubled,
+        "misplaced": misplaced,
+    }
+
+
+def copystream_run(n: int) -> dict:
+    r = subprocess.run([PY, "-m", "streamrepl.copy", "-n", str(n)], capture_output=True, text=True, env=os.environ)
+    if r.returncode:
+        return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
+    return json.loads(r.stdout)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=200_000, help="records per throughput run")
+    ap.add_argument("--sizes", default="100,1024", help="value sizes of the throughput runs (bytes)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--rate", type=int, default=5_000, help="latency test produce rate (records/s)")
-    ap.add_argument("--latency-seconds", type=float, default=20.0)
+    ap.add_argument("--latency-seconds", type=float, default=30.0)
     ap.add_argument("--gateway-timeout", type=float, default=300.0)
+    ap.add_argument("--copystream", type=int, default=1_000_000, help="records for copystream (0: skip)")
     a = ap.parse_args()
     n = a.records
-    rec_bytes = len(VALUE) + 6 + 7  # value + ~key + header, for MB/s
-    res: dict = {"records": n, "value_bytes": len(VALUE), "partitions": PARTITIONS, "machine": machine()}
+    res: dict = {"records": n, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-bench-"))
+    res["logs"] = str(logdir)
     with EphemeralClusters([SRC, DST]) as ec:
         os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
         os.environ.pop("STREAMREPL_IDENTITY", None)
         from streamrepl import registry
 
         reg = registry.load()
-        dst_cluster = reg.get(DST)
+        src_cluster, dst_cluster = reg.get(SRC), reg.get(DST)
         sb, db = ec.brokers[SRC].bootstrap, ec.brokers[DST].bootstrap
-
-        # 1. ceiling
-        create_topic(db, "bench.ceiling")
-        log(f"ceiling: {n} records into {DST}")
-        dt = fill(db, "bench.ceiling", n)
-        res["ceiling"] = {"seconds": round(dt, 3), "records_s": round(n / dt), "MB_s": round(n * rec_bytes / dt / 1e6, 1)}
-
-        # 2. hand-written relay
-        create_topic(sb, "bench.hw.src")
-        create_topic(db, "bench.hw.dst")
-        fill(sb, "bench.hw.src", n)
-        log("hand-written consume-then-produce loop")
-        dt = hand_written(sb, db, "bench.hw.src", "bench.hw.dst", n)
-        got = count(dst_cluster, "bench.hw.dst")
-        res["hand_written"] = {"seconds": round(dt, 3), "records_s": round(n / dt), "MB_s": round(n * rec_bytes / dt / 1e6, 1), "delivered": got}
-
-        # 3. gateway
-        log("gateway: setting up streams with the CLI")
-        cli("stream", "create", "-path", "/sanfrancisco/b", "-defaultpartitions", str(PARTITIONS))
-        cli("stream", "topic", "create", "-path", "/sanfrancisco/b", "-topic", "t")
-        cli("stream", "topic", "create", "-path", "/sanfrancisco/b", "-topic", "l")
-        cli("stream", "create", "-path", "/newyork/b", "-copymetafrom", "/sanfrancisco/b")
-        cli("stream", "replica", "add", "-path", "/sanfrancisco/b", "-replica", "/newyork/b", "-paused", "true")
-        cli("stream", "upstream", "add", "-path", "/newyork/b", "-upstream", "/sanfrancisco/b")
-        fill(sb, "sr.b.t", n)
-        gwlog = open(logdir / "gateway.log", "w")  # noqa: SIM115
-        gw = subprocess.Popen([PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", "bench"],
-                              stdout=gwlog, stderr=subprocess.STDOUT, env=os.environ)
-        try:
-            time.sleep(6)
-            if gw.poll() is not None:
-                raise RuntimeError(f"gateway exited {gw.returncode}; see {logdir / 'gateway.log'}")
-            log("gateway: resume and time until the replica holds all records")
-            cli("stream", "replica", "resume", "-path", "/sanfrancisco/b", "-replica", "/newyork/b")
-            t0 = time.perf_counter()
-            from streamrepl import broker
-
-            c = broker.consumer(dst_cluster)
-            got = 0
-            while time.perf_counter() - t0 < a.gateway_timeout:
-                got = count(dst_cluster, "sr.b.t", c)
-                if got >= n:
-                    break
-                time.sleep(0.2)
-            dt = time.perf_counter() - t0
-            c.close()
-            if got < n:
-                log(f"gateway incomplete; topics on {DST}: {sorted(broker.topics(dst_cluster))}; log {logdir / 'gateway.log'}")
-            res["gateway"] = {
-                "seconds": round(dt, 3), "records_s": round(got / dt), "MB_s": round(got * rec_bytes / dt / 1e6, 1),
-                "delivered": got, "complete": got >= n,
-                "rss_after_throughput_MB": rss_peak(gw.pid),
+        for size in [int(x) for x in a.sizes.split(",") if x]:
+            value = b"v" * size
+            row: dict = {"value_bytes": size}
+            rec_bytes = size + 13
+            log(f"{size} B: ceiling, {n} records into {DST}")
+            create_topic(db, f"bench.ceiling{size}")
+            dt = fill(db, f"bench.ceiling{size}", n, value)
+            row["ceiling"] = {"records_s": round(n / dt), "MB_s": round(n * rec_bytes / dt / 1e6, 1)}
+            create_topic(sb, f"bench.src{size}")
+            fill(sb, f"bench.src{size}", n, value)
+            log(f"{size} B: hand-written consume-then-produce loop")
+            create_topic(db, f"bench.hw{size}")
+            dt = hand_written(sb, db, f"bench.src{size}", f"bench.hw{size}", n)
+            row["hand_written"] = {
+                "records_s": round(n / dt),
+                "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+                "delivered": count(dst_cluster, f"bench.hw{size}"),
             }
-            log(f"gateway: {got} records in {dt:.1f}s")
+            log(f"{size} B: kcat | kcat")
+            create_topic(db, f"bench.kcat{size}")
+            dt = kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{size}", n)
+            row["kcat"] = (
+                {"error": dt}
+                if isinstance(dt, str)
+                else {
+                    "records_s": round(n / dt),
+                    "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+                    "delivered": count(dst_cluster, f"bench.kcat{size}"),
+                }
+            )
+            for g in (1, 2):
+                log(f"{size} B: {g} gateway process(es)")
+                row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout)
+            ce = row["ceiling"]["records_s"]
+            for k in ("hand_written", "kcat", "gateway1", "gateway2"):
+                if "records_s" in row[k]:
+                    row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
+            res["throughput"].append(row)
 
-            # 4. latency
-            log(f"latency: {a.rate} records/s for {a.latency_seconds}s")
-            res["latency"] = latency(sb, dst_cluster, "sr.b.l", "sr.b.l", a.rate, a.latency_seconds)
-            res["gateway"]["peak_rss_MB"] = rss_peak(gw.pid)
-        finally:
-            gw.terminate()
-            try:
-                gw.wait(20)
-            except subprocess.TimeoutExpired:
-                gw.kill()
-                gw.wait()
-            gwlog.close()
-        res["gateway_log"] = str(logdir / "gateway.log")
-
-        # 5. CLI
+        log(f"latency: {a.rate} records/s for {a.latency_seconds}s, floor then through a gateway")
+        res["latency"] = latency_run(sb, dst_cluster, src_cluster, logdir, a.rate, a.latency_seconds)
+        log("failover: SIGKILL of the gateway that owns a partition")
+        res["failover"] = failover(sb, src_cluster, dst_cluster, logdir, 2_000)
         log("CLI timings")
         res["cli"] = {
             "help_s": round(time_cmd([BIN, "--help"]), 3),
-            "stream_info_s": round(time_cmd([BIN, "stream", "info", "-path", "/sanfrancisco/b"]), 3),
+            "stream_info_s": round(time_cmd([BIN, "stream", "info", "-path", "/sanfrancisco/lat"]), 3),
         }
-
-    # kcat peer
-    res["kcat"] = "skipped: kcat not on PATH" if shutil.which("kcat") is None else "on PATH but not measured"
-    ce, hw, g = res["ceiling"]["records_s"], res["hand_written"]["records_s"], res["gateway"]["records_s"]
-    res["gateway"]["ratio_to_ceiling"] = round(g / ce, 3)
-    res["gateway"]["ratio_to_hand_written"] = round(g / hw, 3)
-    res["hand_written"]["ratio_to_ceiling"] = round(hw / ce, 3)
+    if a.copystream:
+        log(f"copystream: {a.copystream} records (python -m streamrepl.copy)")
+        res["copystream"] = copystream_run(a.copystream)
     report(res)
     if a.json:
         a.json.write_text(json.dumps(res, indent=2) + "\n")
@@ -329,23 +565,56 @@ def main() -> int:
 
 
 def report(res: dict) -> None:
-    ce, hw, g, lat, cl = res["ceiling"], res["hand_written"], res["gateway"], res["latency"], res["cli"]
-    rows = [
-        ("ceiling (plain producer)", f"{ce['records_s']:,}", f"{ce['MB_s']}", "1.00", ""),
-        ("hand-written relay loop", f"{hw['records_s']:,}", f"{hw['MB_s']}", f"{hw['ratio_to_ceiling']:.2f}", ""),
-        ("gateway (1 process)", f"{g['records_s']:,}", f"{g['MB_s']}", f"{g['ratio_to_ceiling']:.2f}",
-         f"{g['ratio_to_hand_written']:.2f}x hand-written; {g['delivered']:,}/{res['records']:,} delivered"),
-        ("kcat -> kcat", "-", "-", "-", res["kcat"]),
-    ]
-    w = [max(len(r[i]) for r in rows + [("what", "records/s", "MB/s", "x ceiling", "note")]) for i in range(5)]
-    out = [f"records={res['records']:,} value={res['value_bytes']}B partitions={res['partitions']}"]
-    for r in [("what", "records/s", "MB/s", "x ceiling", "note"), *rows]:
-        out.append("  ".join(s.ljust(w[i]) if i in (0, 4) else s.rjust(w[i]) for i, s in enumerate(r)).rstrip())
+    head = ("what", "records/s", "MB/s", "x ceiling", "note")
+    out = []
+    for row in res["throughput"]:
+        rows = [
+            ("ceiling (plain producer)", f"{row['ceiling']['records_s']:,}", f"{row['ceiling']['MB_s']}", "1.00", "")
+        ]
+        for key, label in (
+            ("hand_written", "hand-written relay loop"),
+            ("kcat", "kcat | kcat"),
+            ("gateway1", "gateway, 1 process"),
+            ("gateway2", "gateway, 2 processes"),
+        ):
+            r = row[key]
+            if "error" in r:
+                rows.append((label, "-", "-", "-", r["error"]))
+                continue
+            note = f"{r['delivered']:,}/{res['records']:,} delivered"
+            if key.startswith("gateway"):
+                hw = row["hand_written"]["records_s"]
+                note = (
+                    f"{r['records_s'] / hw:.2f}x hand-written; steady {r['steady_records_s'] or 0:,}/s after the first"
+                    f" record; {note}; peak RSS {r['peak_rss_MB']} MB"
+                )
+            rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", note))
+        w = [max(len(x[i]) for x in [*rows, head]) for i in range(5)]
+        out.append(f"records={res['records']:,} value={row['value_bytes']}B partitions={res['partitions']}")
+        for r in [head, *rows]:
+            out.append("  ".join(x.ljust(w[i]) if i in (0, 4) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
+        out.append("")
+    for key, label in (
+        ("floor", "latency floor (produce -> consume, one broker)"),
+        ("gateway", "latency through a gateway"),
+    ):
+        lat = res["latency"][key]
+        out.append(
+            f"{label} @ {lat['rate_achieved']:,}/s for {lat['seconds']:.0f}s: p50 {lat['p50_ms']} ms,"
+            f" p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms ({lat['received']:,}/{lat['sent']:,} received)"
+        )
+    fo = res["failover"]
     out.append(
-        f"latency @ {lat['rate_achieved']:,}/s (target {lat['rate_target']:,}) for {lat['seconds']:.0f}s: "
-        f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms ({lat['received']:,}/{lat['sent']:,} received)"
+        f"failover (session timeout {fo['session_timeout_s']} s): next record {fo['seconds_to_next_record']} s after"
+        f" SIGKILL of {fo['victim']}; {fo['records']:,} records: lost {fo['lost']}, doubled {fo['doubled']},"
+        f" misplaced {fo['misplaced']}"
     )
-    out.append(f"gateway peak RSS (VmHWM): {g.get('peak_rss_MB')} MB")
+    cs = res.get("copystream")
+    if cs and "error" not in cs:
+        out.append(f"copystream: {json.dumps(cs)}")
+    elif cs:
+        out.append(f"copystream failed: {cs['error']}")
+    cl = res["cli"]
     out.append(f"CLI median of 5: streamrepl --help {cl['help_s']} s; stream info {cl['stream_info_s']} s")
     print("\n".join(out))
 

@@ -6,7 +6,7 @@ SLOTS partitions in the destination cluster; the round-robin assignor spreads th
 slots over the live gateways, and each destination partition hashes to one slot, so
 exactly one live gateway owns it. When a gateway dies or stops (SIGTERM drains its
 writes, then it leaves like a crashed one: see shutdown()) its slots move to the others
-once its session expires (10 s); when all are down, the sources keep the data and the
+once its session expires (6 s); when all are down, the sources keep the data and the
 first gateway back carries on from each replica partition's real end.
 """
 
@@ -42,6 +42,10 @@ SLOTS = 64
 REFRESH_SECONDS = 2.0
 REPORT_SECONDS = 5.0
 THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # records/s per partition
+#: how long the group waits for a silent gateway before its slots move (heartbeats come from librdkafka's
+#: own thread every second, so only a frozen process or a cut network misses them)
+#: Tansu takes about half the session again to finish the rebalance that follows (BENCHMARKS.md: failover).
+SESSION_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "6000"))
 THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
@@ -90,7 +94,7 @@ class Gateway:
         self.producer = broker.producer(
             self.cluster,
             **{
-                "linger.ms": 5,
+                "linger.ms": 2,
                 "batch.num.messages": 10000,
                 "queue.buffering.max.messages": 1000000,
                 "queue.buffering.max.kbytes": 1048576,
@@ -129,7 +133,7 @@ class Gateway:
             **{
                 "client.id": self.id,
                 "partition.assignment.strategy": "roundrobin",
-                "session.timeout.ms": 10000,
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
                 "heartbeat.interval.ms": 1000,
                 "enable.partition.eof": False,
             },
@@ -537,6 +541,9 @@ class Gateway:
         if self.stopping:
             return
         self._join()
+        from .checkpoints import CursorSync  # committed cursors to the replicas, in a thread of its own
+
+        self.cursor_sync = CursorSync(self).start()
         assert self.group is not None
         self._reapply = True
         watcher = threading.Thread(target=self._watch_plan, name="plan-watcher", daemon=True)
@@ -575,6 +582,8 @@ class Gateway:
             self.shutdown()
 
     def shutdown(self) -> None:
+        if getattr(self, "cursor_sync", None) is not None:
+            self.cursor_sync.stop(timeout=5)
         log.info("gateway %s stopping", self.id)
         body = {"gateway": self.id, "stopped": True, "updated": int(time.time() * 1000)}
         self.producer.produce(
