@@ -1,0 +1,164 @@
+"""The gateways' cursor sync (MirrorMaker 2's checkpoint task): contract point 6.
+
+Every CURSOR_SYNC_SECONDS a background thread of the gateway carries the committed offsets
+of the consumer groups reading each source stream to its replica, through one
+`cursors.CursorReplicator` per link. That class decides what moves: never backwards, never
+a group active on the destination cluster, never past what the replica partition holds.
+
+Which gateway does a link
+    Exactly one live gateway of the destination cluster: the one whose slots contain
+    crc32(link name) % SLOTS, the same slot scheme that spreads the partitions. When the
+    slots move (a gateway joined, died or stopped), the link's cursors move with them; for a
+    moment two gateways may both sync a link, which is harmless (a commit only ever moves a
+    cursor forward to a value both read from the source).
+
+The thread reads the gateway's `plan` and `slots` and nothing else: it never touches the
+producer or the consumers of the hot loop (each CursorReplicator has its own clients). A
+round that fails is logged (one line, the link named) and retried the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import zlib
+from typing import Any
+
+from . import links
+from .cursors import CursorReplicator
+from .errors import StreamreplError
+
+log = logging.getLogger("streamrepl.cursors")
+
+#: seconds between two rounds (a commit on the source reaches the replica within about this long)
+CURSOR_SYNC_SECONDS = float(os.environ.get("STREAMREPL_CURSOR_SYNC_SECONDS", "2"))
+
+
+def slot_of_link(link: links.Link, slots: int) -> int:
+    return zlib.crc32(link.name.encode()) % slots
+
+
+class CursorSync:
+    """Runs the cursor replication of the links a gateway owns, in a daemon thread.
+
+    `committed` counts the destination offsets moved, `errors` the failed link rounds
+    (both read by the metrics endpoint).
+    """
+
+    def __init__(self, gateway: Any, period: float | None = None):
+        self.gateway = gateway
+        self.period = CURSOR_SYNC_SECONDS if period is None else period
+        self.committed = 0
+        self.errors = 0
+        self.rounds = 0
+        self._replicators: dict[str, CursorReplicator] = {}
+        #: link name -> the last error of its rounds, while they fail
+        self._failing: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- which links -------------------------------------------------------------------------
+    def owned_links(self) -> list[links.Link]:
+        """The links of the gateway's current plan whose slot the gateway owns (copied, not shared)."""
+        from .gateway import SLOTS
+
+        plan = self.gateway.plan
+        if plan is None:
+            return []
+        slots = set(self.gateway.slots)  # one C-level copy: safe while the loop replaces or shrinks it
+        seen: dict[str, links.Link] = {}
+        for link in list(plan.links):
+            if slot_of_link(link, SLOTS) in slots:
+                seen.setdefault(link.name, link)
+        return list(seen.values())
+
+    # -- one round ----------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """Sync every owned link once; returns the number of offsets committed."""
+        self.rounds += 1
+        try:
+            owned = self.owned_links()
+        except Exception as e:  # noqa: BLE001 - the thread must outlive anything
+            self.errors += 1
+            log.warning("cursor sync: cannot read the gateway's plan: %s", e)
+            return 0
+        names = {link.name for link in owned}
+        for name in [n for n in self._replicators if n not in names]:
+            self._close(name)
+        for name in [n for n in self._failing if n not in names]:
+            del self._failing[name]
+        moved = 0
+        for link in owned:
+            if self._stop.is_set():
+                break
+            try:
+                r = self._replicators.get(link.name)
+                if r is None or (r.src_cluster, r.dst_stream) != (link.src_cluster, link.dst):
+                    self._close(link.name)
+                    r = self._replicators[link.name] = CursorReplicator(
+                        link.src_cluster, self.gateway.cluster, link.src, link.dst
+                    )
+                changed = r.run_once()
+            except Exception as e:  # noqa: BLE001 - logged, retried next round
+                self.errors += 1
+                why = (str(e).splitlines() or [repr(e)])[0]
+                # One line per link while the same error goes on (a source down for an hour: not 1800 lines).
+                level = logging.DEBUG if self._failing.get(link.name) == why else logging.WARNING
+                log.log(level, "cursor sync of %s failed: %s; retrying every %g s", link.name, why, self.period)
+                self._failing[link.name] = why
+                if not isinstance(e, StreamreplError):
+                    self._close(link.name)  # something unexpected: fresh clients next round
+                continue
+            if self._failing.pop(link.name, None) is not None:
+                log.info("cursor sync of %s works again", link.name)
+            for ch in changed:
+                log.info(
+                    "cursor %s %s:%s[%d] -> %d (source %d)",
+                    ch["group"],
+                    link.dst,
+                    ch["topic"],
+                    ch["partition"],
+                    ch["offset"],
+                    ch["source"],
+                )
+            moved += len(changed)
+        self.committed += moved
+        return moved
+
+    def _close(self, name: str) -> None:
+        r = self._replicators.pop(name, None)
+        if r is not None:
+            try:
+                r.close()
+            except Exception:  # noqa: BLE001 - closing a broken client
+                pass
+
+    # -- the thread ----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - never dies
+                self.errors += 1
+                log.exception("cursor sync round failed")
+            # Wait a full period from the start of the round, and at least a tenth of it: never spins.
+            self._stop.wait(max(self.period / 10, self.period - (time.monotonic() - started)))
+        for name in list(self._replicators):
+            self._close(name)
+
+    def start(self) -> CursorSync:
+        self._thread = threading.Thread(target=self._loop, name="cursor-sync", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread and wait for it (a round in progress ends at its next link)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("cursor sync did not stop within %.0f s", timeout)
+            self._thread = None

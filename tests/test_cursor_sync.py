@@ -1,0 +1,260 @@
+"""Contract point 6 end to end: a real gateway process carries committed consumer-group cursors to the replica.
+
+One replicated stream and one gateway (cursor sync every 0.5 s) for the module; each test uses groups
+of its own. The unit test at the end drives `CursorSync` with a fake gateway and a fake replicator.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+from streamtools import Gateways, caught_up, cli_json, produce, run_cli, sp, wait_until
+
+from streamrepl import checkpoints, links
+from streamrepl.local import EphemeralClusters
+from streamrepl.paths import kafka_topic_name
+
+SYNC = "0.5"  # seconds between two cursor sync rounds of the gateway
+#: Fast group joins on Tansu (a join waits about half the session timeout).
+FAST = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+
+
+@dataclass
+class Setup:
+    registry: Path
+    src: str
+    dst: str
+    src_bs: str
+    dst_bs: str
+    src_kt: str
+    dst_kt: str
+    metrics_port: int
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def setup(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    reg = clusters.registry_path
+    name = f"cs{uuid.uuid4().hex[:8]}"
+    src, dst = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    run_cli("stream", "create", "-path", src, "-defaultpartitions", "2", registry=reg)
+    run_cli("stream", "topic", "create", "-path", src, "-topic", "clicks", registry=reg)
+    run_cli("stream", "create", "-path", dst, "-copymetafrom", src, registry=reg)
+    run_cli("stream", "replica", "add", "-path", src, "-replica", dst, registry=reg)
+    run_cli("stream", "upstream", "add", "-path", dst, "-upstream", src, registry=reg)
+    s = Setup(
+        reg,
+        src,
+        dst,
+        clusters.brokers["sanfrancisco"].bootstrap,
+        clusters.brokers["newyork"].bootstrap,
+        kafka_topic_name(sp(src), "clicks"),
+        kafka_topic_name(sp(dst), "clicks"),
+        free_port(),
+    )
+    produce(s.src_bs, sp(src), "clicks", 100, 2)  # 50 records in each partition
+    logdir = tmp_path_factory.mktemp("cursor-sync")
+    with Gateways(reg, "newyork", logdir, env={"STREAMREPL_CURSOR_SYNC_SECONDS": SYNC}) as gws:
+        gws.start("cursors-gw", "-metricsport", str(s.metrics_port), "-metricsaddr", "127.0.0.1")
+        wait_until(lambda: caught_up(reg, src), 60, "the replica to catch up")
+        yield s
+        gws.stop_all()
+    log = (logdir / "cursors-gw.log").read_text()
+    assert "Traceback" not in log, log
+
+
+def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or [] if tp.offset >= 0}
+
+
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(10)
+    assert all(tp.error is None for tp in res.topic_partitions)
+
+
+def on_replica(s: Setup, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Source cursors as the replica's: same partitions and offsets, the replica's Kafka topic."""
+    return {(s.dst_kt, p): o for (_, p), o in offsets.items()}
+
+
+def group_consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **FAST,
+        }
+    )
+    c.subscribe([topic])
+    return c
+
+
+def read(c: Consumer, n: int) -> int:
+    got = 0
+    deadline = time.monotonic() + 20
+    while got < n and time.monotonic() < deadline:
+        got += sum(1 for m in c.consume(n - got, timeout=0.5) if m.error() is None)
+    assert got == n, f"read {got} of {n} records"
+    return got
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+@pytest.mark.e2e
+def test_a_groups_committed_offsets_follow_on_the_replica(setup: Setup) -> None:
+    s = setup
+    c = group_consumer(s.src_bs, "billing", s.src_kt)
+    try:
+        read(c, 60)  # part of the topic; more than a partition holds, so both get a cursor
+        first = {(tp.topic, tp.partition): tp.offset for tp in c.commit(asynchronous=False)}
+        assert first and all(o > 0 for o in first.values())
+        started = time.monotonic()
+        wait_until(lambda: committed(s.dst_bs, "billing") == on_replica(s, first), 10, "the cursors on the replica")
+        assert time.monotonic() - started < 5
+        # The CLI sees it too, as a cursor of the replica stream.
+        found = cli_json("stream", "cursor", "list", "-path", s.dst, "-consumergroup", "billing", registry=s.registry)
+        rows = {(r["topic"], r["partitionid"]): r["committedoffset"] for r in found}
+        assert rows == {("clicks", p): o for (_, p), o in first.items()}
+
+        read(c, 20)  # commit further: the replica follows
+        c.commit(asynchronous=False)
+        second = committed(s.src_bs, "billing")
+        assert second != first and set(second) == set(first)
+        wait_until(
+            lambda: committed(s.dst_bs, "billing") == on_replica(s, second), 10, "the new cursors on the replica"
+        )
+    finally:
+        c.close()
+    assert metric(s.metrics_port, "streamrepl_gateway_cursor_commits_total") >= len(first) + 1
+
+
+@pytest.mark.e2e
+def test_b_a_cursor_is_never_moved_back(setup: Setup) -> None:
+    s = setup
+    commit(s.src_bs, "audit", {(s.src_kt, 0): 10, (s.src_kt, 1): 10})
+    wait_until(lambda: committed(s.dst_bs, "audit") == {(s.dst_kt, 0): 10, (s.dst_kt, 1): 10}, 10, "first cursors")
+    # The group moved on the replica meanwhile (partition 0 to 40); the source then commits 25 in both.
+    commit(s.dst_bs, "audit", {(s.dst_kt, 0): 40})
+    commit(s.src_bs, "audit", {(s.src_kt, 0): 25, (s.src_kt, 1): 25})
+    # A group committed after it shows that a sync round has seen the source's commit.
+    commit(s.src_bs, "audit-marker", {(s.src_kt, 0): 1})
+    wait_until(lambda: committed(s.dst_bs, "audit-marker"), 10, "a sync round after the commit")
+    wait_until(lambda: committed(s.dst_bs, "audit").get((s.dst_kt, 1)) == 25, 10, "partition 1 to follow")
+    assert committed(s.dst_bs, "audit") == {(s.dst_kt, 0): 40, (s.dst_kt, 1): 25}
+
+
+@pytest.mark.e2e
+def test_c_a_group_active_on_the_replica_cluster_is_left_alone(setup: Setup) -> None:
+    s = setup
+    member = group_consumer(s.dst_bs, "reporting", s.dst_kt)  # consumes the replica, commits nothing
+    try:
+        read(member, 10)  # subscribed, assigned and polling
+        commit(s.src_bs, "reporting", {(s.src_kt, 0): 20, (s.src_kt, 1): 30})
+        commit(s.src_bs, "reporting-marker", {(s.src_kt, 0): 1})
+        wait_until(lambda: committed(s.dst_bs, "reporting-marker"), 10, "a sync round after the commit")
+        for _ in range(4):  # a few more rounds, the member still polling
+            member.poll(0.5)
+        assert committed(s.dst_bs, "reporting") == {}
+    finally:
+        member.close()
+    # Once the group has no member on the replica's cluster, its cursors follow.
+    want = {(s.dst_kt, 0): 20, (s.dst_kt, 1): 30}
+    wait_until(lambda: committed(s.dst_bs, "reporting") == want, 15, "the cursors after the member left")
+
+
+# -- the thread, with a fake gateway -------------------------------------------------------------------
+class FakeReplicator:
+    calls: list[str] = []
+    closed: list[str] = []
+    fail_next: set[str] = set()
+
+    def __init__(self, src_cluster: Any, dst_cluster: Any, src_stream: Any, dst_stream: Any) -> None:
+        self.src_cluster, self.dst_stream, self.name = src_cluster, dst_stream, f"{src_stream}->{dst_stream}"
+
+    def run_once(self) -> list[dict[str, Any]]:
+        FakeReplicator.calls.append(self.name)
+        if self.name in FakeReplicator.fail_next:
+            FakeReplicator.fail_next.discard(self.name)
+            raise RuntimeError("the broker said no\nsecond line")
+        return [{"group": "g", "topic": "t", "partition": 0, "offset": 5, "source": 5, "previous": -1}]
+
+    def close(self) -> None:
+        FakeReplicator.closed.append(self.name)
+
+
+def test_each_link_is_synced_by_one_gateway_and_a_failing_round_is_retried(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from streamrepl.gateway import SLOTS
+    from streamrepl.paths import StreamPath
+
+    monkeypatch.setattr(checkpoints, "CursorReplicator", FakeReplicator)
+    FakeReplicator.calls, FakeReplicator.closed, FakeReplicator.fail_next = [], [], set()
+    ls = [
+        links.Link(StreamPath("a", f"/s{i}"), None, "u", StreamPath("b", f"/s{i}"), "v", False, "lz4", 0)  # type: ignore[arg-type]
+        for i in range(12)
+    ]
+    plan = links.Plan(ls, {}, {}, [])
+
+    class Gw:
+        def __init__(self, slots: set[int]) -> None:
+            self.plan, self.slots, self.cluster = plan, slots, None
+
+    half = set(range(0, SLOTS, 2))
+    one, other = checkpoints.CursorSync(Gw(half)), checkpoints.CursorSync(Gw(set(range(SLOTS)) - half))
+    mine, theirs = {x.name for x in one.owned_links()}, {x.name for x in other.owned_links()}
+    assert not mine & theirs and mine | theirs == {x.name for x in ls}
+
+    # A failing link is logged on one line with its name and retried next round; the others go on.
+    bad = sorted(mine)[0]
+    FakeReplicator.fail_next = {bad}
+    with caplog.at_level(logging.INFO, logger="streamrepl.cursors"):
+        assert one.run_once() == len(mine) - 1
+        assert (one.errors, one.committed) == (1, len(mine) - 1)
+        assert one.run_once() == len(mine)
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failed == [f"cursor sync of {bad} failed: the broker said no; retrying every 2 s"]
+    assert FakeReplicator.calls.count(bad) == 2
+
+    # A link no longer owned (the slots moved) has its replicator closed.
+    one.gateway.slots = set()
+    assert one.run_once() == 0
+    assert sorted(set(FakeReplicator.closed)) == sorted(mine)
+
+    # The thread: runs rounds, survives a plan that cannot be read, and stops promptly.
+    one.gateway.slots = half
+    t = checkpoints.CursorSync(Gw(half), period=0.05)
+    t.gateway.plan = None
+    t.start()
+    time.sleep(0.2)
+    t.gateway.plan = plan
+    wait_until(lambda: t.committed > 0, 5, "a round", interval=0.05)
+    started = time.monotonic()
+    t.stop()
+    assert time.monotonic() - started < 1
+    assert t._thread is None
