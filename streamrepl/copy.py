@@ -34,6 +34,7 @@ import getpass
 import hashlib
 import json
 import os
+import re
 import socket
 import struct
 import sys
@@ -144,12 +145,33 @@ class _Unchanged(Exception):
     """Raised inside a metadata edit to leave the record as it is."""
 
 
+def _dead_here(held: dict[str, Any]) -> bool:
+    """True when the lock's owner ran Spark in local mode on this host and its process is gone (killed,
+    crashed): its tasks died with it (PySpark's JVM exits when its parent does), so a rerun from cron on
+    the same host need not wait for the lock to expire. A run on a Spark cluster may leave executors
+    writing for a while after its driver dies: its lock is waited for. Owners are `user@host:pid:nonce`."""
+    if not held.get("local"):
+        return False
+    m = re.fullmatch(r"[^@]*@(.*):(\d+):[0-9a-f]+", str(held.get("owner", "")))
+    if m is None or m.group(1) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(m.group(2)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive, under another user
+    return False
+
+
 class CopyLock:
     """The `copylock` field of a destination stream's metadata record (compare-and-set)."""
 
-    def __init__(self, r: streams.Resolved, source: str, ttl: float = LOCK_TTL):
+    def __init__(self, r: streams.Resolved, source: str, ttl: float = LOCK_TTL, local: bool = True):
         self.r = r
         self.source = source
+        #: Spark runs inside this process (local mode): its tasks die with it
+        self.local = local
         self.ttl_ms = int(ttl * 1000)
         self.owner = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.since = 0
@@ -167,7 +189,7 @@ class CopyLock:
             raise NotFound(f"stream {self.r.path} does not exist")
         held = current.get(LOCK_FIELD)
         now = _now_ms()
-        if held and held.get("owner") != self.owner and int(held.get("expires", 0)) > now:
+        if held and held.get("owner") != self.owner and int(held.get("expires", 0)) > now and not _dead_here(held):
             raise self._refuse(held)
         since = int(held["since"]) if held and held.get("owner") == self.owner else now
         current[LOCK_FIELD] = {
@@ -175,6 +197,7 @@ class CopyLock:
             "since": since,
             "expires": now + self.ttl_ms,
             "source": self.source,
+            "local": self.local,
         }
         self.since = since
         return current
@@ -749,7 +772,7 @@ def copystream(
     result = CopyResult(str(src_r.path), str(dst_r.path), created=created)
     secrets = src_r.cluster.secrets() + dst_r.cluster.secrets()
 
-    lock = CopyLock(dst_r, str(src_r.path))
+    lock = CopyLock(dst_r, str(src_r.path), local=master is None or master.startswith("local"))
     lock.acquire()
     handle: SparkHandle | None = None
     cancel: list[Callable[[], None]] = []

@@ -155,13 +155,9 @@ def test_autosetup_killed_in_the_middle_completes_when_run_again(ec, tmp_path):
     first.wait()
     rows = cli_json("stream", "replica", "list", "-path", f"/sanfrancisco/{name}", registry=ec.registry_path)
     assert rows[0]["replicaState"] == "REPLICA_STATE_COPY_IN_PROGRESS" and rows[0]["paused"] is True
-    # The copy lock of the killed run expires; the rerun waits for it rather than failing.
-    deadline = time.monotonic() + 120
-    while True:
-        p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
-        if p.returncode == 0 or time.monotonic() > deadline or "being copied by another run" not in p.stderr:
-            break
-        time.sleep(3)
+    # The killed run's copy lock is still there, but its process is gone (same host, Spark in local mode):
+    # the rerun takes it at once instead of waiting for it to expire.
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     with Gateways(ec.registry_path, "newyork", tmp_path) as ny:
         ny.start()

@@ -327,6 +327,43 @@ def test_a_dead_runs_lock_expires(env: Env) -> None:
     assert LOCK_FIELD not in (r.store.get("/locked") or {})
 
 
+def test_the_lock_of_a_run_killed_on_this_host_is_taken_at_once(env: Env) -> None:
+    """A local-mode copy run killed (kill -9, a crash) on this host leaves its lock behind; the next run on this
+    host sees that the process is gone and takes the lock without waiting for it to expire. The lock of a run on
+    a Spark cluster (executors may outlive the driver for a while) is waited for."""
+    env.make_stream("/newyork/crashed", [], 1)
+    r = streams.resolve(env.reg, "/newyork/crashed")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    crashed = CopyLock(r, "/sanfrancisco/x")
+    crashed.owner = crashed.owner.replace(f":{os.getpid()}:", f":{gone.pid}:")
+    crashed.acquire()
+    taker = CopyLock(r, "/sanfrancisco/y")
+    taker.acquire()  # no CopyLocked, though the crashed run's lock had 120 s to go
+    assert (r.store.get("/crashed") or {})[LOCK_FIELD]["owner"] == taker.owner
+    taker.release()
+    on_cluster = CopyLock(r, "/sanfrancisco/x", local=False)
+    on_cluster.owner = crashed.owner
+    on_cluster.acquire()
+    with pytest.raises(CopyLocked, match="being copied by another run"):
+        CopyLock(r, "/sanfrancisco/y").acquire()
+
+
+def test_a_live_holder_on_this_host_keeps_its_lock(env: Env) -> None:
+    env.make_stream("/newyork/held", [], 1)
+    r = streams.resolve(env.reg, "/newyork/held")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = CopyLock(r, "/sanfrancisco/x")
+        holder.owner = holder.owner.replace(f":{os.getpid()}:", f":{live.pid}:")
+        holder.acquire()
+        with pytest.raises(CopyLocked, match="being copied by another run"):
+            CopyLock(r, "/sanfrancisco/y").acquire()
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_permissions_are_checked(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     env.make_stream("/sanfrancisco/private", ["t"], 1)
     streams.edit(env.reg, "/sanfrancisco/private", {"copyperm": "u:nobody", "consumeperm": "u:nobody"})
