@@ -122,6 +122,12 @@ def parse(text: str, path: Path) -> Registry:
         raise RegistryError(f"cluster registry {path} is not valid YAML{where}; fix its syntax") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("clusters"), dict) or not doc["clusters"]:
         raise RegistryError(f"cluster registry {path} must be a mapping with a non-empty 'clusters:' section")
+    for key in doc:
+        if key not in ("default", "clusters"):
+            raise RegistryError(
+                f"unknown top-level entry '{key}' in {path}: only 'default:' and 'clusters:' go there;"
+                " is a cluster property indented wrongly?"
+            )
     clusters: dict[str, Cluster] = {}
     for name, props in doc["clusters"].items():
         name = str(name)
@@ -137,6 +143,12 @@ def parse(text: str, path: Path) -> Registry:
                 raise RegistryError(
                     f"property '{k}' of cluster '{name}' in {path} must be a single value"
                     " (a librdkafka client property such as security.protocol: SASL_SSL)"
+                )
+            if is_secret(str(k)) and not isinstance(v, str):
+                # YAML turns 012345 into 5349, yes into true, a date into a date: the secret would change unseen.
+                raise RegistryError(
+                    f"property '{k}' of cluster '{name}' in {path} is not text to YAML, which would change it"
+                    " (numbers, dates, yes/no); put the value in quotes"
                 )
         if not str(props["bootstrap.servers"]).strip():
             raise RegistryError(f"cluster '{name}' in {path} has an empty 'bootstrap.servers' entry")

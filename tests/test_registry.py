@@ -240,3 +240,34 @@ def test_warning_for_a_secret_in_any_cluster(tmp_path: Path, capsys: pytest.Capt
     registry.load(str(p))
     err = capsys.readouterr().err
     assert WARNING in err and SECRET not in err
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "sasl.password: 012345",  # octal to YAML: read back as 5349
+        "sasl.password: Yes",  # a boolean to YAML
+        "ssl.key.password: 2026-01-01",  # a date to YAML
+        "sasl.password: 1.5e+3",  # a float to YAML
+    ],
+)
+def test_a_secret_yaml_would_change_must_be_quoted(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:9092\n    {line}\n")
+    with pytest.raises(RegistryError) as e:
+        registry.load(str(path))
+    key, value = line.split(": ")
+    assert f"property '{key}' of cluster 'a'" in e.value.message and "quote" in e.value.message
+    assert value not in e.value.message
+    path.write_text(f"clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:9092\n    {key}: '{value}'\n")
+    assert registry.load(str(path)).get("a").properties[key] == value
+
+
+def test_an_unknown_top_level_entry_is_an_error(tmp_path: Path) -> None:
+    """A property indented wrongly lands at the top level, where it would be ignored without a word."""
+    path = tmp_path / "clusters.yaml"
+    path.write_text("clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:9092\nsasl.password: hunter2-planted\n")
+    with pytest.raises(RegistryError) as e:
+        registry.load(str(path))
+    assert "unknown top-level entry 'sasl.password'" in e.value.message and "indent" in e.value.message
+    assert "hunter2-planted" not in e.value.message
