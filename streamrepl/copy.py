@@ -268,6 +268,10 @@ class SparkHandle:
     def stop(self) -> None:
         if self.owned:
             self.spark.stop()
+            if self.log:
+                # Named only when Spark fails to start; a run that got this far leaves nothing behind (cron).
+                with contextlib.suppress(OSError):
+                    os.unlink(self.log)
 
 
 @contextlib.contextmanager
@@ -552,7 +556,8 @@ def copy_partition(spec: dict[str, Any], item: dict[str, Any], shared: _SharedPr
                         out["stopped"] = w.next  # an open transaction: nothing after it is decided yet
             flush(producer, [w], timeout=FLUSH_TIMEOUT)
     except Exception as e:  # noqa: BLE001 - reported per partition; the driver decides the exit status
-        out["error"] = f"{label}: {_describe(e, secrets)}"
+        text = _describe(e, secrets)
+        out["error"] = text if text.startswith(f"{label}: ") else f"{label}: {text}"
         shared.discard()
     finally:
         if consumer is not None:
@@ -746,11 +751,45 @@ def _plan_copy(
                 end, stable = snapshot_end(committed, uncommitted, TopicPartition(skt, p))
                 est = broker.true_end(probe, TopicPartition(dkt, p))
                 item = {"topic": topic, "partition": p, "src": skt, "dst": dkt, "end": end, "stable": stable}
-                items.append({**item, "est": min(est, end)})
+                label = f"{dst_r.path}:{topic}[{p}]"
+                conflict = _foreign_end(committed, probe, skt, dkt, p, end, est, src_rec["uuid"], dst_rec["uuid"])
+                items.append({**item, "est": min(est, end), "conflict": f"{label}: {conflict}" if conflict else None})
     finally:
         for c in (committed, uncommitted, probe):
             c.close()
     return items
+
+
+def _foreign_end(
+    src: Consumer, dst: Consumer, skt: str, dkt: str, p: int, end: int, est: int, src_uuid: str, dst_uuid: str
+) -> str | None:
+    """Why the copy's partition cannot be a copy of the source's (None when it can be, as far as its last record
+    shows). The writer checks the origin of every record it is about to write, so a record written into the copy
+    by something else is caught when the source has more; this catches it when there is nothing new to copy."""
+    if est > end:
+        return (
+            f"the copy ends at offset {est}, past the source's end {end}: something else wrote into the copy;"
+            " copying this partition stopped (diffstreams shows where they differ)"
+        )
+    if est <= 0:
+        return None
+    mine = broker.last_record(dst, TopicPartition(dkt, p), est)
+    theirs = broker.last_record(src, TopicPartition(skt, p), est)
+    if mine is None or policy.is_filler(mine.headers()):
+        return None  # offsets with no visible record: a filler or a marker, nothing to compare
+    mine_origin = policy.origin_of(mine.headers(), dst_uuid)
+    theirs_origin = policy.origin_of(theirs.headers(), src_uuid) if theirs is not None else None
+    if theirs_origin == dst_uuid or (
+        theirs is not None
+        and mine_origin == theirs_origin
+        and mine.key() == theirs.key()
+        and mine.value() == theirs.value()
+    ):
+        return None
+    return (
+        f"the record at offset {est - 1} of the copy did not come from the source: something else wrote into the"
+        " copy; copying this partition stopped (diffstreams shows where they differ)"
+    )
 
 
 def copystream(
@@ -782,7 +821,8 @@ def copystream(
         dst_rec = dst_r.store.get(dst_r.path.path) or dst_rec
         items = _plan_copy(src_r, src_rec, dst_r, dst_rec, warn)
         result.partitions = len(items)
-        work = [i for i in items if i["end"] > i["est"]]
+        result.failures.extend(i["conflict"] for i in items if i["conflict"])
+        work = [i for i in items if i["end"] > i["est"] and not i["conflict"]]
         if not work:
             return result
         show = sys.stderr.isatty() if progress is None else progress

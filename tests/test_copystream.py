@@ -312,6 +312,29 @@ def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.
     assert LOCK_FIELD not in (store.get("/busy") or {})
 
 
+def test_a_record_written_into_the_copy_is_reported_even_with_nothing_new_to_copy(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Something writes into the copy and the source gains as many records: the two partitions end at the same
+    offset, so nothing looks new; copystream must still say that the copy is not the source's, and exit 1."""
+    src, dst = "/sanfrancisco/strayed", "/newyork/strayed"
+    env.make_stream(src, ["t"], 1)
+    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 5, 1)
+    code, _, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+    assert code == 0, err
+    send(env.bootstrap("newyork"), env.kt(dst, "t"), 1, 1, start=100, plain=True)
+    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 1, 1, start=5)
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+    assert code != 0
+    assert "/newyork/strayed:t[0]: the record at offset 5 of the copy did not come from the source" in err
+    assert err.count("/newyork/strayed:t[0]:") == 1, err
+    # The copy ahead of the source.
+    send(env.bootstrap("newyork"), env.kt(dst, "t"), 2, 1, start=200, plain=True)
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+    assert code != 0
+    assert "/newyork/strayed:t[0]: the copy ends at offset 8, past the source's end 6" in err
+
+
 def test_a_dead_runs_lock_expires(env: Env) -> None:
     env.make_stream("/newyork/locked", [], 1)
     r = streams.resolve(env.reg, "/newyork/locked")
