@@ -9,6 +9,7 @@ are measured in one run on the same machine (absolute figures on a shared machin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -299,13 +300,13 @@ def stop_gateways(gws: list[subprocess.Popen]) -> None:
             gw.wait()
 
 
-def new_link(name: str, topics: list[str], paused: bool) -> tuple[str, str]:
+def new_link(name: str, topics: list[str], paused: bool, *extra: str) -> tuple[str, str]:
     src, dst = f"/{SRC}/{name}", f"/{DST}/{name}"
     cli("stream", "create", "-path", src, "-defaultpartitions", str(PARTITIONS))
     for t in topics:
         cli("stream", "topic", "create", "-path", src, "-topic", t)
     cli("stream", "create", "-path", dst, "-copymetafrom", src)
-    cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", str(paused).lower())
+    cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", str(paused).lower(), *extra)
     cli("stream", "upstream", "add", "-path", dst, "-upstream", src)
     return src, dst
 
@@ -478,6 +479,41 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
     }
 
 
+def produce_latency(logdir: Path, n: int = 500) -> dict:
+    """streamrepl.client.StreamProducer.send(), one record at a time (each waits for its acknowledgement), into
+    a stream with an asynchronous replica and into one with a synchronous replica, one gateway for both."""
+    from streamrepl import registry
+    from streamrepl.client import StreamProducer
+
+    new_link("pasync", ["p"], paused=False)
+    new_link("psync", ["p"], False, "-synchronous", "true")
+    gw = start_gateway(logdir, "produce-latency")
+    out: dict = {}
+    try:
+        slots_settled(logdir, ["produce-latency"])
+        reg = registry.load()
+        for mode, path in (("async", f"/{SRC}/pasync:p"), ("sync", f"/{SRC}/psync:p")):
+            with contextlib.closing(StreamProducer(path, reg, sync_timeout=20.0, sync_stall=15.0)) as p:
+                p.send(value=b"warm-up", timeout=60)  # the gateway's first acquisition is not a latency
+                times, synchronous = [], 0
+                for i in range(n):
+                    t0 = time.perf_counter()
+                    d = p.send(value=VALUE, key=str(i).encode())
+                    times.append((time.perf_counter() - t0) * 1000)
+                    synchronous += bool(d.synchronous)
+            times.sort()
+            out[mode] = {
+                "records": n,
+                "p50_ms": round(times[n // 2], 2),
+                "p99_ms": round(times[min(n - 1, int(n * 0.99))], 2),
+                "max_ms": round(times[-1], 2),
+                "acknowledged_synchronously": synchronous,
+            }
+    finally:
+        stop_gateways([gw])
+    return out
+
+
 def copystream_run(n: int) -> dict:
     r = subprocess.run([PY, "-m", "streamrepl.copy", "-n", str(n)], capture_output=True, text=True, env=os.environ)
     if r.returncode:
@@ -550,6 +586,8 @@ def main() -> int:
         res["latency"] = latency_run(sb, dst_cluster, src_cluster, logdir, a.rate, a.latency_seconds)
         log("failover: SIGKILL of the gateway that owns a partition")
         res["failover"] = failover(sb, src_cluster, dst_cluster, logdir, 2_000)
+        log("produce latency: StreamProducer.send, asynchronous and synchronous replica")
+        res["produce_latency"] = produce_latency(logdir)
         log("CLI timings")
         res["cli"] = {
             "help_s": round(time_cmd([BIN, "--help"]), 3),
@@ -609,6 +647,12 @@ def report(res: dict) -> None:
         f" SIGKILL of {fo['victim']}; {fo['records']:,} records: lost {fo['lost']}, doubled {fo['doubled']},"
         f" misplaced {fo['misplaced']}"
     )
+    for mode, pl in res.get("produce_latency", {}).items():
+        out.append(
+            f"produce latency, {mode} replica ({pl['records']} sends, each waits for its acknowledgement):"
+            f" p50 {pl['p50_ms']} ms, p99 {pl['p99_ms']} ms, max {pl['max_ms']} ms;"
+            f" {pl['acknowledged_synchronously']} acknowledged synchronously"
+        )
     cs = res.get("copystream")
     if cs and "error" not in cs:
         out.append(f"copystream: {json.dumps(cs)}")
