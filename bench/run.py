@@ -469,7 +469,7 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
         doubled += sum(k - 1 for k in keys_b.values() if k > 1)
         misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
     return {
-        "session_timeout_s": int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "6000")) / 1000,
+        "session_timeout_s": int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "10000")) / 1000,
         "victim": found,
         "seconds_to_next_record": round(resumed, 2) if resumed else None,
         "records": sum(src_ends.values()),
