@@ -268,7 +268,7 @@ class SparkHandle:
     def stop(self) -> None:
         if self.owned:
             self.spark.stop()
-            if self.log:
+            if self.log and not os.environ.get("STREAMREPL_KEEP_SPARK_LOG"):
                 # Named only when Spark fails to start; a run that got this far leaves nothing behind (cron).
                 with contextlib.suppress(OSError):
                     os.unlink(self.log)

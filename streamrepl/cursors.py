@@ -80,6 +80,21 @@ def _legacy_admin(cluster: Cluster) -> AdminClient:
     )
 
 
+def _settled(futures: dict[str, Any]) -> dict[str, Any]:
+    """Wait for every future (each request carries its own timeout) and return result or exception per key.
+
+    No error goes up while a request is pending: librdkafka aborts the whole process
+    (rd_kafka_enq_once_del_source_return) when an admin client is destroyed with requests in flight,
+    and callers drop their clients on errors."""
+    out: dict[str, Any] = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result()
+        except KafkaException as e:
+            out[key] = e
+    return out
+
+
 def list_groups(cluster: Cluster, admin: AdminClient) -> list[str]:
     try:
         res = admin.list_consumer_groups(request_timeout=broker.REQUEST_TIMEOUT).result()
@@ -105,11 +120,9 @@ def committed_offsets(
         except KafkaException:
             raise broker.unreachable(cluster, "reading committed offsets") from None
     out: dict[str, tuple[Offsets, dict[tuple[str, int], str]]] = {}
-    for g, fut in futures.items():
-        try:
-            res = fut.result()
-        except KafkaException as e:
-            err = e.args[0] if e.args else None
+    for g, res in _settled(futures).items():
+        if isinstance(res, KafkaException):
+            err = res.args[0] if res.args else None
             if isinstance(err, KafkaError) and err.code() in (
                 KafkaError._TRANSPORT,
                 KafkaError._TIMED_OUT,
@@ -184,11 +197,9 @@ def describe_groups(cluster: Cluster, admin: AdminClient, groups: list[str]) -> 
         raise broker.unreachable(cluster, "describing consumer groups") from None
     out: dict[str, GroupInfo] = {}
     retry: list[str] = []
-    for g, fut in futures.items():
-        try:
-            d = fut.result()
-        except KafkaException as e:
-            err = e.args[0] if e.args else None
+    for g, d in _settled(futures).items():
+        if isinstance(d, KafkaException):
+            err = d.args[0] if d.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
                 out[g] = GroupInfo(g, "dead")
                 continue
@@ -201,8 +212,11 @@ def describe_groups(cluster: Cluster, admin: AdminClient, groups: list[str]) -> 
     if retry:
         try:
             legacy = _legacy_admin(cluster)  # must outlive its futures
-            for g, fut in legacy.describe_consumer_groups(retry, request_timeout=broker.REQUEST_TIMEOUT).items():
-                members = _members(fut.result())
+            answers = _settled(legacy.describe_consumer_groups(retry, request_timeout=broker.REQUEST_TIMEOUT))
+            for g, desc in answers.items():
+                if isinstance(desc, KafkaException):
+                    continue  # keep what the first answer said
+                members = _members(desc)
                 if members:
                     out[g].members = members
                     out[g].active = True

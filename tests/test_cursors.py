@@ -251,3 +251,45 @@ def test_cursor_replication_moves_forward_only_and_leaves_active_groups_alone(re
         for _ in range(5):
             rep.run_once()
         assert (time.monotonic() - started) / 5 < 0.5
+
+
+class _SlowFuture:
+    """A future that completes `after` seconds from now, failing with `error` or giving `value`."""
+
+    def __init__(self, after: float, error: Exception | None = None, value: Any = None):
+        self.at, self.error, self.value = time.monotonic() + after, error, value
+
+    def done(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def result(self, timeout: float | None = None) -> Any:
+        time.sleep(max(0.0, self.at - time.monotonic()))
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def test_no_admin_request_is_left_pending_when_a_broker_stops_answering() -> None:
+    """librdkafka aborts the process (rd_kafka_enq_once_del_source_return) when an admin client is destroyed
+    with requests still pending; a gateway's cursor sync did that when one request failed and it started over
+    with new clients. Every request must be finished before the error goes up."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    cluster = registry.Cluster("c", {"bootstrap.servers": "127.0.0.1:1"})
+    down = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    futures = {"g1": _SlowFuture(0.0, error=down), "g2": _SlowFuture(0.5, error=down), "g3": _SlowFuture(0.3)}
+
+    class Admin:
+        def list_consumer_group_offsets(self, req: list[Any], request_timeout: float) -> dict[str, Any]:
+            return {req[0].group_id: futures[req[0].group_id]}
+
+        def describe_consumer_groups(self, groups: list[str], request_timeout: float) -> dict[str, Any]:
+            return {g: futures[g] for g in groups}
+
+    with pytest.raises(cursors.StreamreplError, match="does not answer"):
+        cursors.committed_offsets(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
+    assert all(f.done() for f in futures.values())
+    futures.update({"g1": _SlowFuture(0.0, error=down), "g2": _SlowFuture(0.5, error=down), "g3": _SlowFuture(0.3)})
+    with pytest.raises(cursors.StreamreplError, match="does not answer"):
+        cursors.describe_groups(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
+    assert all(f.done() for f in futures.values())

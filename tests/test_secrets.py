@@ -484,7 +484,14 @@ def test_spark_source_slices_carry_every_cluster_property(
 def test_copystream_on_spark(env: Env) -> None:
     tmpdir = env.tmp / "spark-tmp"
     tmpdir.mkdir()
-    copy = run_proc(env, ["copystream", "-src", STREAM, "-dst", "/live/orders-copy"], timeout=300, TMPDIR=str(tmpdir))
+    # The JVM's log is removed when a run ends; kept here, so that what Spark wrote is searched too.
+    copy = run_proc(
+        env,
+        ["copystream", "-src", STREAM, "-dst", "/live/orders-copy"],
+        timeout=300,
+        TMPDIR=str(tmpdir),
+        STREAMREPL_KEEP_SPARK_LOG="1",
+    )
     assert copy.code == 0, copy
     assert "copied 20 records" in copy.stdout, copy
     files = {str(p): p.read_text(errors="replace") for p in tmpdir.rglob("*") if p.is_file()}
