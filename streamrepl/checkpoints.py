@@ -162,3 +162,171 @@ class CursorSync:
             if self._thread.is_alive():
                 log.warning("cursor sync did not stop within %.0f s", timeout)
             self._thread = None
+
+
+# -- the worker process ----------------------------------------------------------------------------
+# The cursor sync talks to group coordinators with admin requests that time out while a broker is frozen
+# or gone; in that state librdkafka 2.16 has been seen to abort the whole process
+# (rd_kafka_enq_once_del_source_return). The gateway therefore runs the cursor sync in a child process of
+# its own: an abort there costs one round of cursor sync, not the gateway. The gateway's thread sends the
+# links it owns once per round (one JSON line on the child's stdin) and reads back what was done (one line).
+
+
+def _link_to_json(link: links.Link) -> dict[str, Any]:
+    return {
+        "name": link.name,
+        "src_cluster": link.src_cluster.name,
+        "src_props": dict(link.src_cluster.properties),
+        "src": link.src.path,
+        "src_uuid": link.src_uuid,
+        "dst_cluster": link.dst.cluster,
+        "dst": link.dst.path,
+        "dst_uuid": link.dst_uuid,
+    }
+
+
+def _link_from_json(d: dict[str, Any]) -> links.Link:
+    from .paths import StreamPath
+    from .registry import Cluster
+
+    return links.Link(
+        StreamPath(d["src_cluster"], d["src"]),
+        Cluster(d["src_cluster"], d["src_props"]),
+        d["src_uuid"],
+        StreamPath(d["dst_cluster"], d["dst"]),
+        d["dst_uuid"],
+        False,
+        "",
+        0,
+    )
+
+
+class CursorSyncProcess:
+    """The gateway's cursor sync: a thread that hands the owned links to a worker process every period,
+    and starts the worker again when it has died. `committed` and `errors` as in CursorSync."""
+
+    def __init__(self, gateway: Any, period: float | None = None):
+        self.gateway = gateway
+        self.period = CURSOR_SYNC_SECONDS if period is None else period
+        self.committed = 0
+        self.errors = 0
+        self.restarts = 0
+        self._picker = CursorSync(gateway, self.period)  # owned_links() only
+        self._proc: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _worker(self) -> Any:
+        import subprocess
+        import sys
+
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        if self._proc is not None:
+            self.restarts += 1
+            log.warning("cursor sync worker exited (%s); starting it again", self._proc.returncode)
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "streamrepl.checkpoints", "--worker", str(level), str(self.period)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        return self._proc
+
+    def run_once(self, timeout: float = 120.0) -> int:
+        import json
+        import select
+
+        owned = self._picker.owned_links()
+        proc = self._worker()
+        try:
+            cluster = self.gateway.cluster
+            req = {
+                "links": [_link_to_json(x) for x in owned],
+                "dst_cluster": cluster.name,
+                "dst_props": dict(cluster.properties),
+            }
+            proc.stdin.write(json.dumps(req) + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            line = proc.stdout.readline() if ready else ""
+        except (OSError, ValueError):
+            line = ""
+        if not line:
+            self.errors += 1
+            if proc.poll() is None and not ready:
+                log.warning("cursor sync worker did not answer within %.0f s; starting it again", timeout)
+                proc.kill()
+                proc.wait()
+            return 0
+        reply = json.loads(line)
+        self.committed += int(reply["committed"])
+        self.errors += int(reply["errors"])
+        return int(reply["committed"])
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - never dies
+                self.errors += 1
+                log.exception("cursor sync round failed")
+            self._stop.wait(max(self.period / 10, self.period - (time.monotonic() - started)))
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def start(self) -> CursorSyncProcess:
+        self._thread = threading.Thread(target=self._loop, name="cursor-sync", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+def worker_main(level: str, period: float) -> None:
+    """The worker: one request line in, one reply line out, until stdin closes."""
+    import json
+    import sys
+
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    class _Gateway:
+        plan: links.Plan | None = None
+        slots: set[int] = set()
+        cluster: Any = None
+
+    from .gateway import SLOTS
+
+    gw = _Gateway()
+    gw.slots = set(range(SLOTS))
+    sync = CursorSync(gw, period)
+    for line in sys.stdin:
+        req = json.loads(line)
+        ls = [_link_from_json(d) for d in req["links"]]
+        gw.plan = links.Plan(ls, {}, {}, [])
+        from .registry import Cluster
+
+        gw.cluster = Cluster(req["dst_cluster"], _dst_props(req))
+        before = (sync.committed, sync.errors)
+        sync.run_once()
+        print(json.dumps({"committed": sync.committed - before[0], "errors": sync.errors - before[1]}), flush=True)
+
+
+def _dst_props(req: dict[str, Any]) -> dict[str, str]:
+    return dict(req.get("dst_props") or {})
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker_main(sys.argv[2], float(sys.argv[3]))

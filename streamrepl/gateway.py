@@ -544,9 +544,10 @@ class Gateway:
         if self.stopping:
             return
         self._join()
-        from .checkpoints import CursorSync  # committed cursors to the replicas, in a thread of its own
+        # Committed cursors to the replicas: a thread feeding a worker process (see checkpoints.py for why).
+        from .checkpoints import CursorSyncProcess
 
-        self.cursor_sync = CursorSync(self).start()
+        self.cursor_sync = CursorSyncProcess(self).start()
         assert self.group is not None
         self._reapply = True
         watcher = threading.Thread(target=self._watch_plan, name="plan-watcher", daemon=True)

@@ -258,3 +258,27 @@ def test_each_link_is_synced_by_one_gateway_and_a_failing_round_is_retried(
     t.stop()
     assert time.monotonic() - started < 1
     assert t._thread is None
+
+
+def test_the_gateways_cursor_sync_worker_is_started_again_when_it_dies() -> None:
+    """The gateway runs the cursor sync in a child process, so that librdkafka aborting it (seen with frozen
+    brokers) costs a round of cursor sync, not the gateway; a dead worker is replaced at the next round."""
+    from streamrepl.registry import Cluster
+
+    class Gw:
+        plan = links.Plan([], {}, {}, [])
+        slots: set[int] = set()
+        cluster = Cluster("b", {"bootstrap.servers": "127.0.0.1:1"})
+
+    sync = checkpoints.CursorSyncProcess(Gw(), period=0.1)
+    try:
+        assert sync.run_once(timeout=30) == 0 and sync.errors == 0
+        first = sync._proc
+        first.kill()
+        first.wait()
+        assert sync.run_once(timeout=30) == 0
+        assert sync.restarts == 1 and sync._proc is not first and sync._proc.poll() is None
+        assert sync.errors == 0
+    finally:
+        sync.stop()
+    assert sync._proc.wait(10) is not None
