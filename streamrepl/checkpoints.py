@@ -40,6 +40,20 @@ def slot_of_link(link: links.Link, slots: int) -> int:
     return zlib.crc32(link.name.encode()) % slots
 
 
+def _run_rounds(owner: Any) -> None:
+    """Call `owner.run_once()` every `owner.period` until `owner._stop` is set; a failing round is counted
+    and logged, never the end of the thread. Waits a full period from the start of each round, and at least
+    a tenth of one: never spins."""
+    while not owner._stop.is_set():
+        started = time.monotonic()
+        try:
+            owner.run_once()
+        except Exception:  # noqa: BLE001 - never dies
+            owner.errors += 1
+            log.exception("cursor sync round failed")
+        owner._stop.wait(max(owner.period / 10, owner.period - (time.monotonic() - started)))
+
+
 class CursorSync:
     """Runs the cursor replication of the links a gateway owns, in a daemon thread.
 
@@ -137,15 +151,7 @@ class CursorSync:
 
     # -- the thread ----------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.run_once()
-            except Exception:  # noqa: BLE001 - never dies
-                self.errors += 1
-                log.exception("cursor sync round failed")
-            # Wait a full period from the start of the round, and at least a tenth of it: never spins.
-            self._stop.wait(max(self.period / 10, self.period - (time.monotonic() - started)))
+        _run_rounds(self)
         for name in list(self._replicators):
             self._close(name)
 
@@ -266,14 +272,7 @@ class CursorSyncProcess:
         return int(reply["committed"])
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.run_once()
-            except Exception:  # noqa: BLE001 - never dies
-                self.errors += 1
-                log.exception("cursor sync round failed")
-            self._stop.wait(max(self.period / 10, self.period - (time.monotonic() - started)))
+        _run_rounds(self)
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
