@@ -31,8 +31,8 @@ from . import broker, links, policy, status, topics
 from .applier import OffsetPreservingWriter, ReplicaConflict, resume_point
 from .errors import StreamreplError
 from .metrics import LatencyHistogram, MetricsServer
-from .paths import kafka_topic_name
-from .registry import Registry
+from .paths import METADATA_TOPIC, kafka_topic_name
+from .registry import Cluster, Registry
 from .streams import Resolved, kafka_configs
 
 log = logging.getLogger("streamrepl.gateway")
@@ -40,6 +40,8 @@ log = logging.getLogger("streamrepl.gateway")
 SLOT_TOPIC = "__streamrepl_gateway_slots"
 SLOTS = 64
 REFRESH_SECONDS = 2.0
+#: how often the plan watcher asks whether any stream record changed (a change is applied at once)
+CHANGE_POLL_SECONDS = 0.2
 REPORT_SECONDS = 5.0
 THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # records/s per partition
 #: how long the group waits for a silent gateway before its slots move (heartbeats come from librdkafka's
@@ -54,6 +56,8 @@ BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
 #: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
 IDLE_SLEEP = 0.002
+#: how long the producer gathers records into a batch (tests raise it so that records stay queued longer)
+LINGER_MS = int(os.environ.get("STREAMREPL_GATEWAY_LINGER_MS", "2"))
 #: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
 SOURCE_FETCH_WAIT_MS = 10
 
@@ -97,7 +101,7 @@ class Gateway:
         self.producer = broker.producer(
             self.cluster,
             **{
-                "linger.ms": 2,
+                "linger.ms": LINGER_MS,
                 "batch.num.messages": 10000,
                 "queue.buffering.max.messages": 1000000,
                 "queue.buffering.max.kbytes": 1048576,
@@ -114,6 +118,8 @@ class Gateway:
         self._plan_lock = threading.Lock()
         self._published: tuple[links.Plan, set[str]] | None = None
         self._refresh_now = threading.Event()
+        #: cluster name -> the watcher's consumer that asks for the end of its metadata topic
+        self._meta_watch: dict[str, Consumer] = {}
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self._links_by_source: dict[str, links.Link] = {}
         self.metrics: MetricsServer | None = None
@@ -239,6 +245,7 @@ class Gateway:
     # waits for it; the loop only applies each new plan, which costs nothing when nothing changed.
     def _watch_plan(self) -> None:
         logged: list[str] = []
+        plan: links.Plan | None = None
         while not self.stopping:
             try:
                 plan = links.discover(self.reg, self.cluster.name)
@@ -254,8 +261,38 @@ class Gateway:
                 log.warning("cannot read replication metadata: %s", e)
             except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
                 log.exception("reading replication metadata failed")
-            self._refresh_now.wait(REFRESH_SECONDS)
+            self._wait_for_metadata_change(plan.clusters if plan is not None else [])
             self._refresh_now.clear()
+        for c in self._meta_watch.values():
+            c.close()
+
+    def _wait_for_metadata_change(self, clusters: list[Cluster]) -> None:
+        """Wait until REFRESH_SECONDS pass, or sooner when a stream record was written in one of the clusters
+        the plan was read from (`replica resume`, `topic create`...): asking for the end of each metadata
+        topic every CHANGE_POLL_SECONDS costs one small request per cluster, a full read costs far more."""
+        ends = self._metadata_ends(clusters)
+        deadline = time.monotonic() + REFRESH_SECONDS
+        while not self.stopping and time.monotonic() < deadline:
+            if self._refresh_now.wait(CHANGE_POLL_SECONDS):
+                return
+            now = self._metadata_ends(clusters)
+            if any(now.get(name, -1) != end for name, end in ends.items() if end >= 0):
+                return
+
+    def _metadata_ends(self, clusters: list[Cluster]) -> dict[str, int]:
+        """The end of each cluster's metadata topic (-1 when it cannot be read now)."""
+        ends: dict[str, int] = {}
+        for cluster in clusters:
+            c = self._meta_watch.get(cluster.name)
+            if c is None:
+                c = self._meta_watch[cluster.name] = broker.consumer(cluster)
+            try:
+                ends[cluster.name] = c.get_watermark_offsets(
+                    TopicPartition(METADATA_TOPIC, 0), timeout=END_CHECK_TIMEOUT, cached=False
+                )[1]
+            except KafkaException:
+                ends[cluster.name] = -1
+        return ends
 
     def refresh(self) -> None:
         """Read the metadata and apply it now (the loop does this through the watcher thread)."""

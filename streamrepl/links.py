@@ -7,7 +7,7 @@ lists the source as upstream), it is not paused, and no bulk copy (autosetup) ow
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .metastore import MetaStore, Record
 from .paths import StreamPath, kafka_topic_name
@@ -57,6 +57,8 @@ class Plan:
     #: destination Kafka topics the plan needs: (dst stream, topic) -> (partitions, src topic meta)
     topics: dict[tuple[StreamPath, str], int]
     problems: list[str]
+    #: the clusters whose stream metadata the plan was made from (a change in any of them changes it)
+    clusters: list[Cluster] = field(default_factory=list)
 
 
 def discover(reg: Registry, dst_cluster: str) -> Plan:
@@ -66,6 +68,7 @@ def discover(reg: Registry, dst_cluster: str) -> Plan:
 
     def streams_of(cluster: Cluster) -> dict[str, Record]:
         if cluster.name not in stores:
+            plan.clusters.append(cluster)
             stores[cluster.name] = MetaStore(cluster).streams()
         return stores[cluster.name]
 
