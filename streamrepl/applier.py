@@ -24,6 +24,21 @@ from .errors import StreamreplError
 
 LOG_APPEND_TIME = 2
 
+#: Delivery errors after which nothing is known of where the writer's records are: they expired in the
+#: producer's queue, or the producer was fenced or purged. Not a conflict: a gateway starts the partition
+#: again from its real end with a new producer (Gateway._restart_writes).
+UNCERTAIN = {
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._PURGE_QUEUE,
+    KafkaError._PURGE_INFLIGHT,
+    KafkaError._FATAL,
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    KafkaError.UNKNOWN_PRODUCER_ID,
+}
+
 
 class ReplicaConflict(StreamreplError):
     """The destination partition holds records that did not come from this source."""
@@ -60,6 +75,8 @@ class OffsetPreservingWriter:
         self.origin = origin
         self.label = label or f"{topic}[{partition}]"
         self.errors: list[str] = []
+        #: the first delivery error of the UNCERTAIN kind (also in `errors`), or ""
+        self.uncertain = ""
         #: The offset after the last record the destination acknowledged where it was meant to land.
         self.acked = next_offset
         self.records = 0
@@ -77,6 +94,8 @@ class OffsetPreservingWriter:
         def check(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 self.errors.append(f"{self.label}: write failed: {err.str()}")
+                if not self.uncertain and (err.code() in UNCERTAIN or err.fatal()):
+                    self.uncertain = err.str()
             elif msg.offset() != expected:
                 self.errors.append(
                     f"{self.label}: a record meant for offset {expected} landed at {msg.offset()};"

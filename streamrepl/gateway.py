@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from . import broker, links, policy, status, topics
 from .applier import OffsetPreservingWriter, ReplicaConflict, resume_point
@@ -56,6 +56,16 @@ BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
 #: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
 IDLE_SLEEP = 0.002
+#: How long a record may wait in the producer before it expires instead of being sent. It must be shorter
+#: than the session: a gateway frozen (a VM pause, SIGSTOP) past its session while records were queued would
+#: otherwise send them when it resumes, after the gateway that took its partitions over wrote there (doubled
+#: records, and the source's records at those offsets lost). Expired, they are never sent (librdkafka drops
+#: them before sending on resume, and the epoch bump that follows fences the producer), and the gateway
+#: starts its partitions again from their real ends with a new producer (_restart_writes).
+MESSAGE_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS", str(SESSION_TIMEOUT_MS // 2)))
+#: After such a restart, how long the destination must have answered before partitions are taken up again:
+#: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
+RESTART_GRACE_SECONDS = 2.0
 #: how long the producer gathers records into a batch (tests raise it so that records stay queued longer)
 LINGER_MS = int(os.environ.get("STREAMREPL_GATEWAY_LINGER_MS", "2"))
 #: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
@@ -98,18 +108,11 @@ class Gateway:
         self.bytes_by_link: dict[str, int] = {}
         self.latency = LatencyHistogram()
         self._observers: dict[str, Callable[[float], None]] = {}
-        self.producer = broker.producer(
-            self.cluster,
-            **{
-                "linger.ms": LINGER_MS,
-                "batch.num.messages": 10000,
-                "queue.buffering.max.messages": 1000000,
-                "queue.buffering.max.kbytes": 1048576,
-                # Records wait for a frozen destination instead of expiring, so a stall never shifts offsets.
-                "message.timeout.ms": 0,
-                "client.id": f"streamrepl-gateway-{self.id}",
-            },
-        )
+        self.producer = self._new_producer()
+        self.write_restarts = 0
+        #: after a restart of the writes: when the destination answered again (None: not yet)
+        self._restarted_at: float | None = None
+        self._answering_since: float | None = None
         self.reader = broker.consumer(self.cluster)
         self.group: Consumer | None = None
         #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
@@ -125,6 +128,20 @@ class Gateway:
         self.metrics: MetricsServer | None = None
 
     # -- set-up ---------------------------------------------------------------------------
+    def _new_producer(self) -> Producer:
+        return broker.producer(
+            self.cluster,
+            **{
+                "linger.ms": LINGER_MS,
+                "batch.num.messages": 10000,
+                # A queue of a second or two of records: what waits longer than MESSAGE_TIMEOUT_MS expires.
+                "queue.buffering.max.messages": 200000,
+                "queue.buffering.max.kbytes": 65536,
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+                "client.id": f"streamrepl-gateway-{self.id}",
+            },
+        )
+
     def _ensure_internal_topics(self) -> None:
         existing = broker.topics(self.cluster)
         if SLOT_TOPIC not in existing:
@@ -303,6 +320,7 @@ class Gateway:
     def apply_plan(self, plan: links.Plan, present: set[str]) -> None:
         self.plan = plan
         wanted = {u: f for u, f in plan.units.items() if slot_of(u) in self.slots}
+        ready = self._ready_to_acquire()
         for unit in [u for u in self.units if u not in wanted]:
             self.producer.flush(30)
             self._drop(unit)
@@ -313,6 +331,8 @@ class Gateway:
                 continue
             state = self.units.get(unit)
             if state is None:
+                if not ready:
+                    continue
                 try:
                     self._acquire(unit, feeds)
                 except ReplicaConflict as e:
@@ -462,6 +482,10 @@ class Gateway:
             except ReplicaConflict as e:
                 self._fail(state.unit, str(e))
                 return
+            except KafkaException as e:
+                # The producer is in a fatal state (fenced): nothing more can be written through it.
+                self._restart_writes(str(e.args[0].str() if e.args else e))
+                return
         if link.throttle:
             c = self.sources.get(link.name)
             tp = state.feeds[link.name][1]
@@ -482,11 +506,54 @@ class Gateway:
                         c.resume([TopicPartition(tp.topic, tp.partition)])
 
     def _check_writes(self) -> None:
+        uncertain = next((st.writer.uncertain for st in self.units.values() if st.writer.uncertain), "")
+        if uncertain:
+            self._restart_writes(uncertain)
+            return
         for unit, state in list(self.units.items()):
             if state.writer.errors:
                 self._fail(
                     unit, f"{state.writer.label}: {state.writer.errors[0]}; replication of this partition stopped"
                 )
+
+    def _restart_writes(self, why: str) -> None:
+        """Records handed to the producer expired, or the producer was fenced: where they are is unknown.
+        Let every partition go, throw the producer away with what it still holds, and take the partitions
+        up again from their real ends once the destination has answered for RESTART_GRACE_SECONDS."""
+        log.warning(
+            "gateway %s: writes into %s failed (%s); every partition starts again from its real end",
+            self.id,
+            self.cluster.name,
+            why,
+        )
+        self.write_restarts += 1
+        for unit in list(self.units):
+            self._drop(unit)
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)
+        except (KafkaException, RuntimeError):
+            pass
+        self.producer = self._new_producer()
+        self._restarted_at = time.monotonic()
+        self._answering_since = None
+
+    def _ready_to_acquire(self) -> bool:
+        """False while a restart of the writes waits for the destination (see _restart_writes)."""
+        if self._restarted_at is None:
+            return True
+        now = time.monotonic()
+        if self._answering_since is None:
+            try:
+                self.reader.list_topics(SLOT_TOPIC, timeout=END_CHECK_TIMEOUT)
+            except KafkaException:
+                return False
+            self._answering_since = now
+        if now - self._answering_since < RESTART_GRACE_SECONDS:
+            return False
+        self._restarted_at = None
+        return True
 
     # -- reporting ----------------------------------------------------------------------------
     def pending(self) -> dict[str, int]:
@@ -590,7 +657,7 @@ class Gateway:
         watcher = threading.Thread(target=self._watch_plan, name="plan-watcher", daemon=True)
         watcher.start()
         applied: tuple[links.Plan, set[str]] | None = None
-        next_report = 0.0
+        next_report = next_gate_check = 0.0
         started = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
         try:
@@ -599,6 +666,9 @@ class Gateway:
                 if max_seconds is not None and now - started > max_seconds:
                     break
                 self.group.poll(0)  # drives heartbeats and rebalances
+                if self._restarted_at is not None and now >= next_gate_check:
+                    next_gate_check = now + 0.5
+                    self._reapply = True  # take the partitions up again once the destination is back
                 published = self._published
                 if published is not None and (published is not applied or self._reapply):
                     applied, self._reapply = published, False
