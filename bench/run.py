@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -327,6 +328,16 @@ def gateway_throughput(
     try:
         slots_settled(logdir, names)
         time.sleep(2)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        profiler = None
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        if os.environ.get("BENCH_PROFILE") and spy:
+            # py-spy on the first gateway for the whole run: where a gateway's time goes (BENCHMARKS.md)
+            profiler = subprocess.Popen(
+                [spy, "record", "-p", str(gws[0].pid), "-r", "100", "-f", "raw", "--nonblocking"]
+                + ["-o", str(logdir / f"{name}.pyspy.txt")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         cli("stream", "replica", "resume", "-path", src, "-replica", dst)
         t0 = time.perf_counter()
         c = broker.consumer(dst_cluster)  # type: ignore[arg-type]
@@ -341,6 +352,10 @@ def gateway_throughput(
         end = time.perf_counter()
         c.close()
         rss = [rss_peak(g.pid) for g in gws]
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(30)
+            log(f"profile of {names[0]}: {logdir / f'{name}.pyspy.txt'}")
     finally:
         stop_gateways(gws)
     dt = end - t0
@@ -392,6 +407,29 @@ def read_partition(cluster: object, topic: str, partition: int, end: int) -> lis
                 out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
     c.close()
     return out
+
+
+def join_wait(bootstrap: str, session_ms: int) -> float:
+    """Seconds from a consumer's subscribe to its first assignment, alone in a new group, with the gateways'
+    session timeout: the broker's own share of every rebalance, failover included (Tansu waits half the
+    session before it completes a join, whatever the members' rebalance timeout)."""
+    group = f"bench-join-{time.monotonic_ns()}"
+    assigned: list[float] = []
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": 1000,
+            "partition.assignment.strategy": "roundrobin",
+        }
+    )
+    t0 = time.perf_counter()
+    c.subscribe(["__streamrepl_gateway_slots"], on_assign=lambda _c, _p: assigned.append(time.perf_counter()))
+    while not assigned and time.perf_counter() - t0 < 60:
+        c.poll(0.05)
+    c.close()
+    return round(assigned[0] - t0, 2) if assigned else float("nan")
 
 
 def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, rate: int) -> dict:
@@ -468,8 +506,10 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
         lost += sum(1 for r in a if r[1] not in keys_b)
         doubled += sum(k - 1 for k in keys_b.values() if k > 1)
         misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
+    session_ms = int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "10000"))
     return {
-        "session_timeout_s": int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "10000")) / 1000,
+        "session_timeout_s": session_ms / 1000,
+        "broker_join_wait_s": join_wait(dst_cluster.bootstrap, session_ms),  # type: ignore[attr-defined]
         "victim": found,
         "seconds_to_next_record": round(resumed, 2) if resumed else None,
         "records": sum(src_ends.values()),
@@ -530,7 +570,11 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=30.0)
     ap.add_argument("--gateway-timeout", type=float, default=300.0)
     ap.add_argument("--copystream", type=int, default=1_000_000, help="records for copystream (0: skip)")
+    ap.add_argument(
+        "--skip", default="", help="steps to leave out, comma-separated: kcat, latency, failover, produce, cli"
+    )
     a = ap.parse_args()
+    skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
     res: dict = {"records": n, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-bench-"))
@@ -563,7 +607,7 @@ def main() -> int:
             }
             log(f"{size} B: kcat | kcat")
             create_topic(db, f"bench.kcat{size}")
-            dt = kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{size}", n)
+            dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{size}", n)
             row["kcat"] = (
                 {"error": dt}
                 if isinstance(dt, str)
@@ -582,17 +626,21 @@ def main() -> int:
                     row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
             res["throughput"].append(row)
 
-        log(f"latency: {a.rate} records/s for {a.latency_seconds}s, floor then through a gateway")
-        res["latency"] = latency_run(sb, dst_cluster, src_cluster, logdir, a.rate, a.latency_seconds)
-        log("failover: SIGKILL of the gateway that owns a partition")
-        res["failover"] = failover(sb, src_cluster, dst_cluster, logdir, 2_000)
-        log("produce latency: StreamProducer.send, asynchronous and synchronous replica")
-        res["produce_latency"] = produce_latency(logdir)
-        log("CLI timings")
-        res["cli"] = {
-            "help_s": round(time_cmd([BIN, "--help"]), 3),
-            "stream_info_s": round(time_cmd([BIN, "stream", "info", "-path", "/sanfrancisco/lat"]), 3),
-        }
+        if "latency" not in skip:
+            log(f"latency: {a.rate} records/s for {a.latency_seconds}s, floor then through a gateway")
+            res["latency"] = latency_run(sb, dst_cluster, src_cluster, logdir, a.rate, a.latency_seconds)
+        if "failover" not in skip:
+            log("failover: SIGKILL of the gateway that owns a partition")
+            res["failover"] = failover(sb, src_cluster, dst_cluster, logdir, 2_000)
+        if "produce" not in skip:
+            log("produce latency: StreamProducer.send, asynchronous and synchronous replica")
+            res["produce_latency"] = produce_latency(logdir)
+        if "cli" not in skip:
+            log("CLI timings")
+            res["cli"] = {
+                "help_s": round(time_cmd([BIN, "--help"]), 3),
+                "stream_info_s": round(time_cmd([BIN, "stream", "info", "-path", "/sanfrancisco/lat"]), 3),
+            }
     if a.copystream:
         log(f"copystream: {a.copystream} records (python -m streamrepl.copy)")
         res["copystream"] = copystream_run(a.copystream)
@@ -636,17 +684,21 @@ def report(res: dict) -> None:
         ("floor", "latency floor (produce -> consume, one broker)"),
         ("gateway", "latency through a gateway"),
     ):
+        if "latency" not in res:
+            break
         lat = res["latency"][key]
         out.append(
             f"{label} @ {lat['rate_achieved']:,}/s for {lat['seconds']:.0f}s: p50 {lat['p50_ms']} ms,"
             f" p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms ({lat['received']:,}/{lat['sent']:,} received)"
         )
-    fo = res["failover"]
-    out.append(
-        f"failover (session timeout {fo['session_timeout_s']} s): next record {fo['seconds_to_next_record']} s after"
-        f" SIGKILL of {fo['victim']}; {fo['records']:,} records: lost {fo['lost']}, doubled {fo['doubled']},"
-        f" misplaced {fo['misplaced']}"
-    )
+    fo = res.get("failover")
+    if fo:
+        out.append(
+            f"failover (session timeout {fo['session_timeout_s']} s): next record {fo['seconds_to_next_record']} s"
+            f" after SIGKILL of {fo['victim']}; {fo['records']:,} records: lost {fo['lost']}, doubled {fo['doubled']},"
+            f" misplaced {fo['misplaced']}; the broker completes a join {fo.get('broker_join_wait_s')} s after it"
+            " starts"
+        )
     for mode, pl in res.get("produce_latency", {}).items():
         out.append(
             f"produce latency, {mode} replica ({pl['records']} sends, each waits for its acknowledgement):"
@@ -658,8 +710,9 @@ def report(res: dict) -> None:
         out.append(f"copystream: {json.dumps(cs)}")
     elif cs:
         out.append(f"copystream failed: {cs['error']}")
-    cl = res["cli"]
-    out.append(f"CLI median of 5: streamrepl --help {cl['help_s']} s; stream info {cl['stream_info_s']} s")
+    cl = res.get("cli")
+    if cl:
+        out.append(f"CLI median of 5: streamrepl --help {cl['help_s']} s; stream info {cl['stream_info_s']} s")
     print("\n".join(out))
 
 

@@ -18,6 +18,9 @@ Metrics (labels: `link` = `<source stream>-><replica stream>`):
 - streamrepl_gateway_partitions_in_error, streamrepl_gateway_errors_total: partitions stopped
   on a conflict or write error (`replica list` shows why)
 - streamrepl_gateway_rebalances_total: slot assignments and revocations seen
+- streamrepl_gateway_write_restarts_total: times the gateway's writes expired or its producer was
+  fenced, and every partition started again from its real end (a frozen destination, or this gateway
+  frozen past its session)
 - streamrepl_link_synchronous{link}, streamrepl_link_throttled{link}: the link's mode (1 or 0)
 - streamrepl_gateway_cursor_commits_total, streamrepl_gateway_cursor_errors_total: committed
   consumer-group offsets carried to replicas, and failed rounds
@@ -114,6 +117,11 @@ class GatewayCollector:
         for name, doc, value in (
             ("streamrepl_gateway_errors", "Replica partitions stopped on a conflict or a write error.", gw.failures),
             ("streamrepl_gateway_rebalances", "Slot assignments and revocations seen.", gw.rebalances),
+            (
+                "streamrepl_gateway_write_restarts",
+                "Writes expired or fenced, every partition started again from its real end.",
+                gw.write_restarts,
+            ),
             (
                 "streamrepl_gateway_cursor_commits",
                 "Consumer-group offsets carried to replicas.",

@@ -83,6 +83,7 @@ def test_metrics_show_replication(ec, tmp_path):
         assert sample(samples, "streamrepl_gateway_pending_records", link=name) == 0
         assert sample(samples, "streamrepl_gateway_partitions_in_error", gateway=gw) == 0
         assert sample(samples, "streamrepl_gateway_rebalances_total", gateway=gw) >= 1
+        assert sample(samples, "streamrepl_gateway_write_restarts_total", gateway=gw) == 0
         assert sample(samples, "streamrepl_link_synchronous", link=name) == 0
         assert sample(samples, "streamrepl_link_throttled", link=name) == 0
         # One observation per batch; the batch written last holds the records stamped now.
