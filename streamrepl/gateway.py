@@ -54,6 +54,11 @@ SESSION_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "10000"
 THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
+#: A partition quiet for longer than this has its end checked before it is written again (_end_unchanged).
+#: Not after every short gap: at a few thousand records/s each partition goes idle between batches, and a
+#: request on the loop before each batch doubled the p99 latency (BENCHMARKS.md). A stray write in a gap
+#: shorter than this is still caught, by the delivery check, after the batch that follows it.
+END_CHECK_IDLE = 0.5
 #: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
 IDLE_SLEEP = 0.002
 #: How long a record may wait in the producer before it expires instead of being sent. It must be shorter
@@ -85,6 +90,8 @@ class UnitState:
     reported: tuple[str, int] = ("", -1)
     #: feeds whose source end was compared with the replica's (see _recheck_lagging_feeds)
     rechecked: set[str] = field(default_factory=set)
+    #: when records were last handed to the writer (monotonic; 0: never, since acquired)
+    last_write: float = 0.0
 
 
 class Gateway:
@@ -408,9 +415,9 @@ class Gateway:
                     c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
 
     def _end_unchanged(self, state: UnitState, origin: str) -> bool:
-        """Before writing into a partition whose writes are all acknowledged, check that nothing else
-        wrote into it meanwhile (a stray producer): its record would shift every record written after it.
-        Under load the writer is never idle, so this costs a request only when a partition wakes up.
+        """Before writing into a partition whose writes are all acknowledged and that was quiet for
+        END_CHECK_IDLE, check that nothing else wrote into it meanwhile (a stray producer): its record would
+        shift every record written after it. This costs a request only when a partition wakes up.
 
         When the records written meanwhile are copies of the same origin, another gateway took the
         partition over (this one was stalled past its session, and has not heard yet): the partition
@@ -452,10 +459,12 @@ class Gateway:
     def _write(self, state: UnitState, link: links.Link, batch: list[Message]) -> None:
         w = state.writer
         last = batch[-1]
-        if w.idle() and cast(int, last.offset()) >= w.next:
+        now = time.monotonic()
+        if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, last.offset()) >= w.next:
             origin = policy.origin_of(last.headers(), link.src_uuid)
             if origin != w.dst_uuid and not self._end_unchanged(state, origin):
                 return
+        state.last_write = now
         rest: list[Message] = []
         if link.throttle:
             # Write one slice, then pause the partition for as long as the slice takes at the capped
