@@ -6,7 +6,7 @@ SLOTS partitions in the destination cluster; the round-robin assignor spreads th
 slots over the live gateways, and each destination partition hashes to one slot, so
 exactly one live gateway owns it. When a gateway dies or stops (SIGTERM drains its
 writes, then it leaves like a crashed one: see shutdown()) its slots move to the others
-once its session expires (10 s); when all are down, the sources keep the data and the
+once its session expires (6 s); when all are down, the sources keep the data and the
 first gateway back carries on from each replica partition's real end.
 """
 
@@ -47,10 +47,9 @@ THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # rec
 #: how long the group waits for a silent gateway before its slots move (heartbeats come from librdkafka's
 #: own thread every second, so only a frozen process or a cut network misses them)
 #: Tansu takes about half the session again to finish the rebalance that follows (BENCHMARKS.md: failover).
-#: Shorter sessions fail over sooner but widen the window in which a gateway frozen past its session still
-#: delivers the records it had in flight after another has taken over (RELIABILITY.md, known limits): with
-#: 6 s the chaos suite's 15 s freeze hit it; 10 s keeps the takeover behind such a freeze.
-SESSION_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "10000"))
+#: A gateway frozen past its session cannot write after the one that takes over, whatever the session, since
+#: its records expire first (MESSAGE_TIMEOUT_MS); 10 s was the default while they did not (RELIABILITY.md).
+SESSION_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "6000"))
 THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds

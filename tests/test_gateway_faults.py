@@ -108,7 +108,7 @@ def progressing(env: Env, dst: str, topics: dict[str, int]) -> bool:
 
 def test_three_gateways_one_sigkilled_every_few_seconds(env: Env, newyork_gateways: Gateways) -> None:
     """A gateway is SIGKILLed while the gateways are writing (so in the middle of a batch) and restarted
-    at once. Each kill stalls its partitions for the group's session timeout (10 s): a kill is made only
+    at once. Each kill stalls its partitions for the group's session timeout (6 s): a kill is made only
     once writing has resumed, so that every kill hits a working gateway."""
     gws = newyork_gateways
     src, dst = pair(env, "sanfrancisco", "newyork", TOPICS)
