@@ -43,13 +43,32 @@ REFRESH_SECONDS = 2.0
 #: how often the plan watcher asks whether any stream record changed (a change is applied at once)
 CHANGE_POLL_SECONDS = 0.2
 REPORT_SECONDS = 5.0
-THROTTLE_RATE = float(os.environ.get("STREAMREPL_THROTTLE_RATE", "1000"))  # records/s per partition
+#: What is wrong with the tuning variables below; check_settings() turns it into a one-line error at start.
+_BAD_SETTINGS: list[str] = []
+
+
+def _setting(name: str, default: float, kind: type = int, minimum: float = 0) -> Any:
+    raw = os.environ.get(name)
+    if raw is None:
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        _BAD_SETTINGS.append(f"{name}={raw!r} is not a {'whole number' if kind is int else 'number'}")
+        return kind(default)
+    if value < minimum:
+        _BAD_SETTINGS.append(f"{name}={raw} must be {minimum:g} or more")
+        return kind(default)
+    return value
+
+
+THROTTLE_RATE: float = _setting("STREAMREPL_THROTTLE_RATE", 1000, float, minimum=1)  # records/s per partition
 #: how long the group waits for a silent gateway before its slots move (heartbeats come from librdkafka's
 #: own thread every second, so only a frozen process or a cut network misses them)
 #: Tansu takes about half the session again to finish the rebalance that follows (BENCHMARKS.md: failover).
 #: A gateway frozen past its session cannot write after the one that takes over, whatever the session, since
 #: its records expire first (MESSAGE_TIMEOUT_MS); 10 s was the default while they did not (RELIABILITY.md).
-SESSION_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_SESSION_MS", "6000"))
+SESSION_TIMEOUT_MS: int = _setting("STREAMREPL_GATEWAY_SESSION_MS", 6000, minimum=1000)
 THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
 END_CHECK_TIMEOUT = 1.0  # seconds
@@ -66,12 +85,12 @@ IDLE_SLEEP = 0.002
 #: records, and the source's records at those offsets lost). Expired, they are never sent (librdkafka drops
 #: them before sending on resume, and the epoch bump that follows fences the producer), and the gateway
 #: starts its partitions again from their real ends with a new producer (_restart_writes).
-MESSAGE_TIMEOUT_MS = int(os.environ.get("STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS", str(SESSION_TIMEOUT_MS // 2)))
+MESSAGE_TIMEOUT_MS: int = _setting("STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS", SESSION_TIMEOUT_MS // 2, minimum=1)
 #: After such a restart, how long the destination must have answered before partitions are taken up again:
 #: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
 RESTART_GRACE_SECONDS = 2.0
 #: how long the producer gathers records into a batch (tests raise it so that records stay queued longer)
-LINGER_MS = int(os.environ.get("STREAMREPL_GATEWAY_LINGER_MS", "2"))
+LINGER_MS: int = _setting("STREAMREPL_GATEWAY_LINGER_MS", 2)
 #: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
 SOURCE_FETCH_WAIT_MS = 10
 
@@ -733,9 +752,24 @@ class Gateway:
             self.metrics = None
 
 
+def check_settings() -> None:
+    """The tuning variables make sense together, or a one-line error says which to fix."""
+    from .errors import InvalidArgument
+
+    if _BAD_SETTINGS:
+        raise InvalidArgument(f"{_BAD_SETTINGS[0]}; fix it or unset it")
+    if MESSAGE_TIMEOUT_MS >= SESSION_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS ({MESSAGE_TIMEOUT_MS}) must be shorter than the session"
+            f" STREAMREPL_GATEWAY_SESSION_MS ({SESSION_TIMEOUT_MS}), or a gateway frozen past its session could"
+            " write after the one that took over; leave it unset (half the session)"
+        )
+
+
 def run_foreground(
     reg: Registry, cluster: str, gateway_id: str | None = None, metrics: tuple[str, int] | None = None
 ) -> None:
+    check_settings()
     gw = Gateway(reg, cluster, gateway_id)
     gw.leave_group = False
     if metrics is not None:
