@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import zlib
-from typing import Any
+from typing import Any, Self
 
 from . import links
 from .cursors import CursorReplicator
@@ -40,38 +40,66 @@ def slot_of_link(link: links.Link, slots: int) -> int:
     return zlib.crc32(link.name.encode()) % slots
 
 
-def _run_rounds(owner: Any) -> None:
-    """Call `owner.run_once()` every `owner.period` until `owner._stop` is set; a failing round is counted
-    and logged, never the end of the thread. Waits a full period from the start of each round, and at least
-    a tenth of one: never spins."""
-    while not owner._stop.is_set():
-        started = time.monotonic()
-        try:
-            owner.run_once()
-        except Exception:  # noqa: BLE001 - never dies
-            owner.errors += 1
-            log.exception("cursor sync round failed")
-        owner._stop.wait(max(owner.period / 10, owner.period - (time.monotonic() - started)))
-
-
-class CursorSync:
-    """Runs the cursor replication of the links a gateway owns, in a daemon thread.
-
-    `committed` counts the destination offsets moved, `errors` the failed link rounds
-    (both read by the metrics endpoint).
-    """
+class _Rounds:
+    """What both cursor syncs share: `run_once()` every `period` in a daemon thread until stop(). A failing
+    round is counted in `errors` and logged, never the end of the thread. Waits a full period from the start
+    of each round, and at least a tenth of one: never spins. `committed` counts the destination offsets
+    moved, `errors` the failed rounds (both read by the metrics endpoint)."""
 
     def __init__(self, gateway: Any, period: float | None = None):
         self.gateway = gateway
         self.period = CURSOR_SYNC_SECONDS if period is None else period
         self.committed = 0
         self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> int:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """In the thread, after its last round."""
+
+    def _interrupt(self) -> None:
+        """From stop(), before the thread is waited for."""
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - never dies
+                self.errors += 1
+                log.exception("cursor sync round failed")
+            self._stop.wait(max(self.period / 10, self.period - (time.monotonic() - started)))
+        self._finish()
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._loop, name="cursor-sync", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread and wait for it (a round in progress ends at its next link)."""
+        self._stop.set()
+        self._interrupt()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("cursor sync did not stop within %.0f s", timeout)
+            self._thread = None
+
+
+class CursorSync(_Rounds):
+    """Runs the cursor replication of the links a gateway owns, in a daemon thread (errors count failed
+    link rounds)."""
+
+    def __init__(self, gateway: Any, period: float | None = None):
+        super().__init__(gateway, period)
         self.rounds = 0
         self._replicators: dict[str, CursorReplicator] = {}
         #: link name -> the last error of its rounds, while they fail
         self._failing: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # -- which links -------------------------------------------------------------------------
     def owned_links(self) -> list[links.Link]:
@@ -149,33 +177,9 @@ class CursorSync:
             except Exception:  # noqa: BLE001 - closing a broken client
                 pass
 
-    # -- the thread ----------------------------------------------------------------------------
-    def _loop(self) -> None:
-        _run_rounds(self)
+    def _finish(self) -> None:
         for name in list(self._replicators):
             self._close(name)
-
-    def start(self) -> CursorSync:
-        self._thread = threading.Thread(target=self._loop, name="cursor-sync", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the thread and wait for it (a round in progress ends at its next link)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning("cursor sync did not stop within %.0f s", timeout)
-            self._thread = None
-
-
-# -- the worker process ----------------------------------------------------------------------------
-# The cursor sync talks to group coordinators with admin requests that time out while a broker is frozen
-# or gone; in that state librdkafka 2.16 has been seen to abort the whole process
-# (rd_kafka_enq_once_del_source_return). The gateway therefore runs the cursor sync in a child process of
-# its own: an abort there costs one round of cursor sync, not the gateway. The gateway's thread sends the
-# links it owns once per round (one JSON line on the child's stdin) and reads back what was done (one line).
 
 
 def _link_to_json(link: links.Link) -> dict[str, Any]:
@@ -207,20 +211,15 @@ def _link_from_json(d: dict[str, Any]) -> links.Link:
     )
 
 
-class CursorSyncProcess:
+class CursorSyncProcess(_Rounds):
     """The gateway's cursor sync: a thread that hands the owned links to a worker process every period,
     and starts the worker again when it has died. `committed` and `errors` as in CursorSync."""
 
     def __init__(self, gateway: Any, period: float | None = None):
-        self.gateway = gateway
-        self.period = CURSOR_SYNC_SECONDS if period is None else period
-        self.committed = 0
-        self.errors = 0
+        super().__init__(gateway, period)
         self.restarts = 0
         self._picker = CursorSync(gateway, self.period)  # owned_links() only
         self._proc: Any = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _worker(self) -> Any:
         import subprocess
@@ -271,24 +270,14 @@ class CursorSyncProcess:
         self.errors += int(reply["errors"])
         return int(reply["committed"])
 
-    def _loop(self) -> None:
-        _run_rounds(self)
+    def _finish(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
 
-    def start(self) -> CursorSyncProcess:
-        self._thread = threading.Thread(target=self._loop, name="cursor-sync", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
+    def _interrupt(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
 
 def worker_main(level: str, period: float) -> None:
