@@ -135,8 +135,9 @@ class Gateway:
         self._observers: dict[str, Callable[[float], None]] = {}
         self.producer = self._new_producer()
         self.write_restarts = 0
-        #: after a restart of the writes: when the destination answered again (None: not yet)
-        self._restarted_at: float | None = None
+        #: after a restart of the writes, partitions wait for the destination (see _ready_to_acquire)
+        self._restart_pending = False
+        #: when the destination answered again after the restart (None: not yet)
         self._answering_since: float | None = None
         self.reader = broker.consumer(self.cluster)
         self.group: Consumer | None = None
@@ -563,12 +564,12 @@ class Gateway:
         except (KafkaException, RuntimeError):
             pass
         self.producer = self._new_producer()
-        self._restarted_at = time.monotonic()
+        self._restart_pending = True
         self._answering_since = None
 
     def _ready_to_acquire(self) -> bool:
         """False while a restart of the writes waits for the destination (see _restart_writes)."""
-        if self._restarted_at is None:
+        if not self._restart_pending:
             return True
         now = time.monotonic()
         if self._answering_since is None:
@@ -579,7 +580,7 @@ class Gateway:
             self._answering_since = now
         if now - self._answering_since < RESTART_GRACE_SECONDS:
             return False
-        self._restarted_at = None
+        self._restart_pending = False
         return True
 
     # -- reporting ----------------------------------------------------------------------------
@@ -693,7 +694,7 @@ class Gateway:
                 if max_seconds is not None and now - started > max_seconds:
                     break
                 self.group.poll(0)  # drives heartbeats and rebalances
-                if self._restarted_at is not None and now >= next_gate_check:
+                if self._restart_pending and now >= next_gate_check:
                     next_gate_check = now + 0.5
                     self._reapply = True  # take the partitions up again once the destination is back
                 published = self._published
