@@ -21,7 +21,8 @@ import pwd
 import re
 from dataclasses import dataclass, field
 
-from streamrepl.errors import InvalidArgument
+from . import settings
+from .errors import InvalidArgument
 
 MAX_BYTES = 64 * 1024
 #: Parentheses plus negations; keeps recursive parsing, printing and evaluation far from the stack limit.
@@ -29,7 +30,7 @@ MAX_DEPTH = 64
 PREFIXES = {"u": "user", "g": "group", "r": "role"}
 _NAME_RE = re.compile(r"[A-Za-z0-9._@$-]+")
 _WORD_RE = re.compile(r"[A-Za-z0-9._@$-]*")
-ENV_VAR = "STREAMREPL_IDENTITY"
+ENV_VAR = settings.IDENTITY
 
 
 class AceError(InvalidArgument):
@@ -295,7 +296,7 @@ def current_identity() -> Identity:
     ``STREAMREPL_IDENTITY`` (``user=alice;groups=eng,qa;roles=admin``; ``uid=`` and ``gids=`` also
     accepted, only ``user`` required) overrides the OS lookup; it exists for tests and service accounts.
     """
-    spec = os.environ.get(ENV_VAR, "").strip()
+    spec = settings.identity()
     if spec:
         return _identity_from_env(spec)
     uid = os.getuid()

@@ -28,7 +28,8 @@ import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from streamrepl.errors import InvalidArgument, NotFound, Unreachable
+from . import settings
+from .errors import InvalidArgument, NotFound, Unreachable
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
@@ -51,8 +52,7 @@ class LocalBroker:
 
 
 def default_state_dir() -> Path:
-    env = os.environ.get("STREAMREPL_LOCAL_DIR")
-    return Path(env) if env else Path.home() / ".local" / "state" / "streamrepl" / "local"
+    return settings.local_dir() or Path.home() / ".local" / "state" / "streamrepl" / "local"
 
 
 def registry_path(state_dir: Path | None = None) -> Path:

@@ -7,7 +7,6 @@ place that shows a cluster's properties goes through `masked()`.
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 import sys
@@ -17,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from . import settings
 from .errors import NotFound, RegistryError
 
-ENV_VAR = "STREAMREPL_CLUSTERS"
+ENV_VAR = settings.CLUSTERS
 USER_PATH = Path("~/.config/streamrepl/clusters.yaml")
 SYSTEM_PATH = Path("/etc/streamrepl/clusters.yaml")
 
@@ -84,9 +84,9 @@ def locate(explicit: str | None = None) -> Path:
     """The registry file, in the documented order of precedence."""
     if explicit:
         return Path(explicit).expanduser()
-    env = os.environ.get(ENV_VAR)
+    env = settings.clusters_file()
     if env:
-        return Path(env).expanduser()
+        return env
     user = USER_PATH.expanduser()
     if user.exists():
         return user

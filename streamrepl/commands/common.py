@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from .. import settings
 from ..errors import InvalidArgument, StreamreplError
 from ..output import OutputMode, emit, emit_error
 
@@ -124,7 +125,7 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
         except BrokenPipeError:
             stdout_closed()
         except Exception as e:  # noqa: BLE001 - the promise is one line, never a traceback
-            if os.environ.get("STREAMREPL_DEBUG"):
+            if settings.debug():
                 raise
             from ..broker import describe_exception
 
