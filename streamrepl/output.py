@@ -65,7 +65,7 @@ def emit(rows: Iterable[dict], mode: OutputMode, columns: Sequence[str] | None =
         for r in rows:
             sys.stdout.write("\t".join(_cell(r.get(c)) for c in cols) + "\n")
         return
-    if not rows:
+    if not cols:
         return
     from rich.console import Console
     from rich.table import Table

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
+from .output import one_line
 
 KAFKA_PREFIX = "sr."
 METADATA_TOPIC = "__streamrepl_metadata"
@@ -52,9 +53,15 @@ class TopicPath:
         return f"{self.stream}:{self.topic}"
 
 
+#: How much of a name an error message shows: a 10,000-character path must not make a 10 KB error line.
+SHOWN_CHARACTERS = 120
+
+
 def show(text: str) -> str:
-    """`text` for an error message: one line, whatever control characters or bad bytes it holds."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    """`text` for an error message: one line, whatever control characters or bad bytes it holds, and short."""
+    if len(text) > SHOWN_CHARACTERS:
+        return one_line(text[:SHOWN_CHARACTERS]) + f"... ({len(text)} characters)"
+    return one_line(text)
 
 
 def _check_segments(raw: str, segments: list[str]) -> None:
@@ -125,6 +132,8 @@ def split_topic(text: str) -> tuple[str, str | None]:
 def validate_topic(topic: str) -> str:
     if not topic:
         raise InvalidArgument("empty topic name; give one with -topic NAME")
+    if topic in (".", ".."):
+        raise InvalidArgument(f"invalid topic name '{topic}': '.' and '..' are not topic names; choose another")
     if not _TOPIC_RE.fullmatch(topic):
         raise InvalidArgument(f"invalid topic name '{show(topic)}': use letters, digits, '.', '_' and '-' only")
     return topic

@@ -33,10 +33,28 @@ SECRET_MARKERS = (
     "private",
     "credentials",
     "oauthbearer.config",
+    "oauthbearer.extensions",
     "jaas",
 )
 MASK = "********"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: `user:password@` in front of an address: librdkafka does not use it, but people write it, and it must not show.
+_USERINFO_RE = re.compile(r"(?P<user>[^\s,/@:]*):(?P<password>[^\s,@]+)@")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML keeps the last of two equal keys without a word; in a registry that hides a mistake."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise RegistryError(
+                    f"'{key}' is given more than once (line {key_node.start_mark.line + 1}); keep one of them"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def is_secret(prop: str) -> bool:
@@ -53,14 +71,24 @@ class Cluster:
     def bootstrap(self) -> str:
         return self.properties["bootstrap.servers"]
 
+    @property
+    def shown_bootstrap(self) -> str:
+        """bootstrap.servers as it may be shown: a password written into an address (user:pw@host) masked."""
+        return _USERINFO_RE.sub(lambda m: f"{m['user']}:{MASK}@", self.bootstrap)
+
     def masked(self) -> dict[str, str]:
-        return {k: (MASK if is_secret(k) else v) for k, v in self.properties.items()}
+        shown = {k: (MASK if is_secret(k) else v) for k, v in self.properties.items()}
+        if "bootstrap.servers" in shown:
+            shown["bootstrap.servers"] = self.shown_bootstrap
+        return shown
 
     def uses_tls(self) -> bool:
         return self.properties.get("security.protocol", "").upper() in ("SSL", "SASL_SSL")
 
     def secrets(self) -> list[str]:
-        return [v for k, v in self.properties.items() if is_secret(k) and v]
+        found = [v for k, v in self.properties.items() if is_secret(k) and v]
+        found += [m["password"] for m in _USERINFO_RE.finditer(self.properties.get("bootstrap.servers", ""))]
+        return found
 
 
 @dataclass(frozen=True)
@@ -115,7 +143,9 @@ def load(explicit: str | None = None) -> Registry:
 
 def parse(text: str, path: Path) -> Registry:
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except RegistryError as e:
+        raise RegistryError(f"cluster registry {path}: {e.message}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -41,7 +41,7 @@ def list_cmd(timeout: float) -> None:
             {
                 "cluster": c.name,
                 "default": c.name == reg.default,
-                "bootstrap.servers": c.bootstrap,
+                "bootstrap.servers": c.shown_bootstrap,
                 "answers": ok,
                 "properties": " ".join(f"{k}={v}" for k, v in sorted(props.items())),
             }

@@ -53,6 +53,10 @@ def up_cmd(clusters: str, dir: str | None) -> None:
     click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
 
 
+#: maprcli prints the header of an empty answer too: scripts that read columns by name depend on it.
+STATUS_COLUMNS = ["cluster", "bootstrap", "pid", "running", "log"]
+
+
 @local.command("status", context_settings=CONTEXT_SETTINGS)
 @opt("dir", metavar="DIR", help="State directory.")
 @handles_errors(registry_option=False)
@@ -60,7 +64,7 @@ def status_cmd(dir: str | None) -> None:
     """Show the embedded brokers and whether they run."""
     from .. import local as embedded
 
-    output(embedded.status(_dir(dir)))
+    output(embedded.status(_dir(dir)), STATUS_COLUMNS)
 
 
 @local.command("down", context_settings=CONTEXT_SETTINGS)

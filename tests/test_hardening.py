@@ -1,0 +1,74 @@
+"""Misuse found by the second hardening round (issue 16's smaller items), each a test before its fix: the registry,
+names and paths, and what an empty or oversized answer looks like. No broker is needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clitools import run_cli
+
+from streamrepl import registry
+from streamrepl.errors import InvalidArgument, RegistryError
+from streamrepl.paths import parse_stream, validate_topic
+
+PASSWORD = "pw-Planted-1234"
+
+
+def test_a_cluster_named_twice_in_the_registry_is_an_error(tmp_path: Path) -> None:
+    text = "clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n  a:\n    bootstrap.servers: 127.0.0.1:2\n"
+    with pytest.raises(RegistryError, match=r"'a'.*(twice|more than once)"):
+        registry.parse(text, tmp_path / "clusters.yaml")
+
+
+def test_a_property_given_twice_in_the_registry_is_an_error(tmp_path: Path) -> None:
+    text = "clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n    bootstrap.servers: 127.0.0.1:2\n"
+    with pytest.raises(RegistryError, match=r"bootstrap.servers.*(twice|more than once)"):
+        registry.parse(text, tmp_path / "clusters.yaml")
+
+
+def test_a_password_inside_bootstrap_servers_is_never_shown(tmp_path: Path) -> None:
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"clusters:\n  a:\n    bootstrap.servers: 'user:{PASSWORD}@127.0.0.1:1'\n")
+    path.chmod(0o600)
+    reg = registry.parse(path.read_text(), path)
+    assert PASSWORD in reg.secrets()
+    run = run_cli("cluster", "list", "-clusters", str(path), "-timeout", "0.2", "-json")
+    assert run.code == 0, run
+    assert PASSWORD not in run.stdout + run.stderr
+    assert "user:" in run.stdout  # the rest of the address is still shown
+
+
+def test_oauthbearer_extensions_are_masked(tmp_path: Path) -> None:
+    path = tmp_path / "clusters.yaml"
+    path.write_text(
+        "clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n"
+        f"    sasl.oauthbearer.extensions: 'logicalCluster=lkc-1,secret={PASSWORD}'\n"
+    )
+    path.chmod(0o600)
+    run = run_cli("cluster", "list", "-clusters", str(path), "-timeout", "0.2", "-json")
+    assert run.code == 0, run
+    assert PASSWORD not in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("topic", [".", ".."])
+def test_topics_named_dot_or_dot_dot_are_refused(topic: str) -> None:
+    with pytest.raises(InvalidArgument, match="'.'"):
+        validate_topic(topic)
+
+
+def test_a_very_long_path_gives_a_short_error_line() -> None:
+    raw = "/" + "x" * 10_000
+    with pytest.raises(InvalidArgument) as e:
+        parse_stream(raw, {"a"}, "a")
+    assert len(str(e.value)) < 500
+    assert "characters)" in str(e.value)
+
+
+def test_local_status_with_nothing_running_prints_the_header(tmp_path: Path) -> None:
+    run = run_cli("local", "status", "-dir", str(tmp_path))
+    assert run.code == 0, run
+    assert run.stdout.splitlines()[0].split("\t")[0] == "cluster", run
+    run = run_cli("local", "status", "-dir", str(tmp_path), "-json")
+    assert json.loads(run.stdout)["data"] == []
