@@ -567,7 +567,11 @@ def option_items(options: list[Opt]) -> list[str]:
 
 
 def th(title: str) -> str:
-    return f'.TH "{roff(title.upper())}" "1" "" "{PROG}" "{PROG} manual"\n.nh'
+    # man shows TITLE(1) at both ends of the header and the manual's name between them; a long title leaves no room
+    # for the name at 80 columns, and the three would print over each other.
+    side = len(title) + len("(1)")
+    center = f"{PROG} manual" if 2 * side + len(f"{PROG} manual") + 4 <= 80 else ""
+    return f'.TH "{roff(title.upper())}" "1" "" "{PROG}" "{center}"\n.nh'
 
 
 def leaf_page(n: Node) -> str:

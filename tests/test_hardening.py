@@ -72,3 +72,15 @@ def test_local_status_with_nothing_running_prints_the_header(tmp_path: Path) -> 
     assert run.stdout.splitlines()[0].split("\t")[0] == "cluster", run
     run = run_cli("local", "status", "-dir", str(tmp_path), "-json")
     assert json.loads(run.stdout)["data"] == []
+
+
+def test_every_man_page_header_fits_80_columns() -> None:
+    """man prints the title(section) on both sides of the header line and the manual's name between them; when the
+    three do not fit in 80 columns they overlap (`STREAMREPL-STREAM-REPLICA-AUTOSstreamrep...`)."""
+    import shlex
+
+    for page in sorted(Path(__file__).parent.parent.joinpath("man").glob("*.1")):
+        th = next(line for line in page.read_text().splitlines() if line.startswith(".TH"))
+        _, title, section, _, _, center = shlex.split(th.replace("\\-", "-"))
+        side = len(f"{title}({section})")
+        assert 2 * side + len(center) + 4 <= 80, f"{page.name}: {th}"

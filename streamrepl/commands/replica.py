@@ -6,13 +6,11 @@ from typing import Any
 
 import click
 
-from ..cli import CONTEXT_SETTINGS, LazyGroup
+from ..cli import CONTEXT_SETTINGS
 from .common import BOOL, app, handles_errors, opt, output, require
 
-REPLICA_SUBCOMMANDS: dict[str, str] = {}
 
-
-@click.group(cls=LazyGroup, lazy=REPLICA_SUBCOMMANDS, context_settings=CONTEXT_SETTINGS)
+@click.group(context_settings=CONTEXT_SETTINGS)
 def replica() -> None:
     """Register, change and inspect the replicas of a stream."""
 
@@ -26,7 +24,14 @@ def _link(f: click.decorators.FC) -> click.decorators.FC:
 @_link
 @opt("paused", type=BOOL, default=False, help="Register the replica paused (default false).")
 @opt("throttle", type=BOOL, default=False, help="Cap the replication rate of this link (default false).")
-@opt("synchronous", type=BOOL, default=False, help="Acknowledge producers only once replicated (default false).")
+@opt(
+    "synchronous",
+    type=BOOL,
+    default=False,
+    help="Acknowledge records only once they are in this replica (default false). Honoured by streamrepl's own"
+    " producer (produce, StreamProducer), not by a plain Kafka producer; it falls back to asynchronous, with a"
+    " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
+)
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters (default false).")
 @opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression (default: the stream's).")
 @handles_errors
@@ -42,7 +47,13 @@ def add_cmd(path: str, replica: str, **kw: object) -> None:
 @_link
 @opt("newreplica", metavar="PATH", help="A new replica stream to replicate to instead.")
 @opt("throttle", type=BOOL, help="Cap the replication rate of this link.")
-@opt("synchronous", type=BOOL, help="Acknowledge producers only once replicated.")
+@opt(
+    "synchronous",
+    type=BOOL,
+    help="Acknowledge records only once they are in this replica. Honoured by streamrepl's own"
+    " producer (produce, StreamProducer), not by a plain Kafka producer; it falls back to asynchronous, with a"
+    " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
+)
 @opt("networkencryption", type=BOOL, help="Require TLS to both clusters.")
 @opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression.")
 @handles_errors
@@ -143,7 +154,14 @@ def upstream_list_cmd(path: str) -> None:
 @replica.command("autosetup", context_settings=CONTEXT_SETTINGS)
 @_link
 @opt("multimaster", type=BOOL, default=False, help="Also replicate back from the replica (default false).")
-@opt("synchronous", type=BOOL, default=False, help="Acknowledge producers only once replicated.")
+@opt(
+    "synchronous",
+    type=BOOL,
+    default=False,
+    help="Acknowledge records only once they are in this replica. Honoured by streamrepl's own"
+    " producer (produce, StreamProducer), not by a plain Kafka producer; it falls back to asynchronous, with a"
+    " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
+)
 @opt("throttle", type=BOOL, default=False, help="Cap the replication rate of the link(s).")
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters.")
 @opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression (default: the stream's).")
