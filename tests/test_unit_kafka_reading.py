@@ -147,3 +147,10 @@ def test_clients_get_every_registry_property() -> None:
     conf = kafka.client_config(c, **{"linger.ms": 0})
     assert conf["security.protocol"] == "SASL_SSL" and conf["sasl.password"] == "pw"
     assert conf["linger.ms"] == 0 and conf["log_level"] == 0
+
+
+def test_create_shared_topic_keeps_the_partitions_and_settings_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[Any] = []
+    monkeypatch.setattr(kafka_admin, "create_topics", lambda cluster, specs: asked.extend(specs))
+    kafka.create_shared_topic(CLUSTER, "__slots", 16)
+    assert asked == [("__slots", 16, {})]

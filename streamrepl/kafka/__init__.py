@@ -5,7 +5,7 @@ gives a clear error within seconds, never a hang, and no error text carries a re
 
     clients   consumer, producer and admin client factories for a registry cluster
     errors    what an error means (transport, access denied, unknown topic...), one-line descriptions
-    admin     topics: list, create (compacted ones too, racing other creators), delete, grow, configure
+    admin     topics: list, create (also shared and compacted ones, racing other creators), delete, grow, configure
     reading   partitions read to their end within a deadline; real ends; first and last records
     groups    consumer groups: list, committed offsets, commit, describe
 
@@ -32,6 +32,7 @@ from .admin import (
     COMPACTED,
     add_partitions,
     create_compacted_topic,
+    create_shared_topic,
     create_topics,
     delete_topics,
     ping,
@@ -105,6 +106,7 @@ __all__ = [
     "committed_offsets",
     "consumer",
     "create_compacted_topic",
+    "create_shared_topic",
     "create_topics",
     "delete_topics",
     "describe_exception",

@@ -66,13 +66,20 @@ def create_topics(cluster: Cluster, specs: Iterable[tuple[str, int, dict[str, st
         _wait(client.create_topics(new, request_timeout=REQUEST_TIMEOUT), cluster, "creating topic")
 
 
-def create_compacted_topic(cluster: Cluster, name: str, partitions: int = 1) -> None:
-    """Create an internal compacted topic that several processes may create at the same time."""
+def create_shared_topic(
+    cluster: Cluster, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    """Create a topic that other processes (gateways, operators) may be creating at the same time."""
     try:
-        create_topics(cluster, [(name, partitions, dict(COMPACTED))])
+        create_topics(cluster, [(name, partitions, dict(configs or {}))])
     except Exception:  # noqa: BLE001 - another writer may have created it first
         if name not in topics(cluster):
             raise
+
+
+def create_compacted_topic(cluster: Cluster, name: str) -> None:
+    """Create an internal one-partition topic that keeps the latest record per key (see create_shared_topic)."""
+    create_shared_topic(cluster, name, 1, COMPACTED)
 
 
 def delete_topics(cluster: Cluster, names: list[str]) -> None:
