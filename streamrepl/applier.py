@@ -17,27 +17,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-
-from . import broker, policy
+from . import kafka, policy
 from .errors import StreamreplError
+from .kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 LOG_APPEND_TIME = 2
-
-#: Delivery errors after which nothing is known of where the writer's records are: they expired in the
-#: producer's queue, or the producer was fenced or purged. Not a conflict: a gateway starts the partition
-#: again from its real end with a new producer (Gateway._restart_writes).
-UNCERTAIN = {
-    KafkaError._MSG_TIMED_OUT,
-    KafkaError._PURGE_QUEUE,
-    KafkaError._PURGE_INFLIGHT,
-    KafkaError._FATAL,
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
-    KafkaError.UNKNOWN_PRODUCER_ID,
-}
 
 
 class ReplicaConflict(StreamreplError):
@@ -46,8 +30,8 @@ class ReplicaConflict(StreamreplError):
 
 def resume_point(c: Consumer, tp: TopicPartition, own_uuid: str) -> tuple[int, str | None]:
     """Where a copy into `tp` goes on: its real end, and the origin of its records so far."""
-    end = broker.true_end(c, tp)
-    last = broker.last_record(c, tp, end)
+    end = kafka.true_end(c, tp)
+    last = kafka.last_record(c, tp, end)
     origin = policy.origin_of(last.headers(), own_uuid) if last is not None else None
     return end, origin
 
@@ -75,7 +59,9 @@ class OffsetPreservingWriter:
         self.origin = origin
         self.label = label or f"{topic}[{partition}]"
         self.errors: list[str] = []
-        #: the first delivery error of the UNCERTAIN kind (also in `errors`), or ""
+        #: the first delivery error after which nothing is known of where the writer's records are
+        #: (kafka.UNCERTAIN_DELIVERY; also in `errors`), or "". Not a conflict: a gateway starts the
+        #: partition again from its real end with a new producer (Gateway._restart_writes).
         self.uncertain = ""
         #: The offset after the last record the destination acknowledged where it was meant to land.
         self.acked = next_offset
@@ -94,7 +80,7 @@ class OffsetPreservingWriter:
         def check(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 self.errors.append(f"{self.label}: write failed: {err.str()}")
-                if not self.uncertain and (err.code() in UNCERTAIN or err.fatal()):
+                if not self.uncertain and (err.code() in kafka.UNCERTAIN_DELIVERY or err.fatal()):
                     self.uncertain = err.str()
             elif msg.offset() != expected:
                 self.errors.append(

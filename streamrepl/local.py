@@ -25,10 +25,8 @@ from types import TracebackType
 from typing import Any
 
 import yaml
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
-from . import settings
+from . import kafka, settings
 from .errors import InvalidArgument, NotFound, Unreachable
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
@@ -177,10 +175,10 @@ def _wait_ready(proc: subprocess.Popen[bytes], broker: LocalBroker, timeout: flo
         try:
             with socket.create_connection(("127.0.0.1", broker.port), timeout=1):
                 pass
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+            admin = kafka.AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
             admin.list_topics(timeout=min(3.0, max(0.5, deadline - time.monotonic())))
             return
-        except (OSError, KafkaException) as exc:
+        except (OSError, kafka.KafkaException) as exc:
             last = str(exc)
             time.sleep(0.1)
     raise Unreachable(

@@ -22,10 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, TopicPartition
-
-from . import broker
-from .errors import ConcurrentEdit, Unreachable
+from . import kafka
+from .errors import ConcurrentEdit
 from .paths import METADATA_TOPIC
 from .registry import Cluster
 
@@ -68,7 +66,7 @@ class MetaStore:
     # -- reading ---------------------------------------------------------------------
     def _exists(self) -> bool:
         if not self._seen:
-            self._seen = METADATA_TOPIC in broker.topics(self.cluster)
+            self._seen = METADATA_TOPIC in kafka.topics(self.cluster)
         return self._seen
 
     def _read(self, until: int | None = None) -> dict[str, Record]:
@@ -79,27 +77,13 @@ class MetaStore:
         # A short fetch wait and short polls: the log is small and read whole on every command, so
         # waiting for a full batch (consume's count) or for the broker's default 500 ms fetch wait
         # would cost every command a second or more.
-        c = broker.consumer(self.cluster)  # readers already use a 10 ms fetch wait
+        c = kafka.consumer(self.cluster)  # readers already use a 10 ms fetch wait
         try:
-            c.assign([TopicPartition(METADATA_TOPIC, 0, 0)])
-            deadline = time.monotonic() + broker.REQUEST_TIMEOUT
-            while True:
-                if time.monotonic() > deadline:
-                    raise broker.unreachable(self.cluster, "reading stream metadata")
-                msgs = c.consume(1000, timeout=0.01)
-                eof = False
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            eof = True
-                        continue
-                    offset = cast(int, m.offset())
-                    _fold(state, m.key(), m.value(), offset)
-                    if until is not None and offset >= until:
-                        return state
-                if eof and until is None:
-                    return state
+            for m in kafka.read_partition(c, kafka.TopicPartition(METADATA_TOPIC, 0, 0), until, batch=1000, wait=0.01):
+                _fold(state, m.key(), m.value(), cast(int, m.offset()))
+            return state
+        except TimeoutError:
+            raise kafka.unreachable(self.cluster, "reading stream metadata") from None
         finally:
             c.close()
 
@@ -114,29 +98,25 @@ class MetaStore:
     # -- writing ---------------------------------------------------------------------
     def _ensure_topic(self) -> None:
         if not self._exists():
-            try:
-                broker.create_topics(self.cluster, [(METADATA_TOPIC, 1, {"cleanup.policy": "compact"})])
-            except Exception as e:  # noqa: BLE001 - another writer may have created it first
-                if not self._exists():
-                    raise e
+            kafka.create_compacted_topic(self.cluster, METADATA_TOPIC)
 
     def _append(self, path: str, rec: Record) -> tuple[int, str]:
         """Write one record; return its offset and its key (which names this very write)."""
         # Not idempotent: setting up an idempotent producer costs 0.5-1 s, on every command. A
         # duplicate written by a retry is harmless: readers ignore it (its version is no longer
         # the next one), and the writer recognises its win by the key, not by the offset.
-        p = broker.producer(
+        p = kafka.producer(
             self.cluster,
             **{
                 "linger.ms": 0,
                 "enable.idempotence": False,
-                "message.timeout.ms": int(broker.REQUEST_TIMEOUT * 1000),
+                "message.timeout.ms": int(kafka.REQUEST_TIMEOUT * 1000),
             },
         )
         offsets: list[int] = []
-        errors: list[KafkaError] = []
+        errors: list[kafka.KafkaError] = []
 
-        def delivered(err: KafkaError | None, msg: Any) -> None:
+        def delivered(err: kafka.KafkaError | None, msg: Any) -> None:
             if err is not None:
                 errors.append(err)
             else:
@@ -151,9 +131,9 @@ class MetaStore:
             partition=0,
             on_delivery=delivered,
         )
-        p.flush(broker.REQUEST_TIMEOUT + 2)
+        p.flush(kafka.REQUEST_TIMEOUT + 2)
         if errors or not offsets:
-            raise broker.unreachable(self.cluster, "writing stream metadata")
+            raise kafka.unreachable(self.cluster, "writing stream metadata")
         return offsets[-1], key
 
     def update(self, path: str, edit: Edit) -> Record | None:
@@ -185,8 +165,3 @@ class MetaStore:
         raise ConcurrentEdit(
             f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time; try again"
         )
-
-
-def require_reachable(cluster: Cluster) -> None:
-    if not broker.ping(cluster):
-        raise Unreachable(f"cluster '{cluster.name}' ({cluster.bootstrap}) does not answer")

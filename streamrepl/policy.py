@@ -45,16 +45,6 @@ def is_filler(headers: Any) -> bool:
     return bool(headers) and any(k == FILLER for k, _ in headers or ())
 
 
-def copy_headers(headers: Any, source_uuid: str, logappend: bool = False) -> list[Header]:
-    """Headers for the copy of a record read from the stream `source_uuid`."""
-    out = list(headers or ())
-    if not any(k == ORIGIN for k, _ in out):
-        out.append((ORIGIN, source_uuid.encode()))
-    if logappend and not any(k == TSTYPE for k, _ in out):
-        out.append((TSTYPE, b"logappendtime"))
-    return out
-
-
 def filler_headers(origin_uuid: str) -> list[Header]:
     return [(ORIGIN, origin_uuid.encode()), (FILLER, b"1")]
 

@@ -9,12 +9,9 @@ partition ends are read when `replica list` runs.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, TopicPartition
-
-from . import broker
+from . import kafka
 from .metastore import MetaStore, Record
 from .paths import StreamPath, kafka_topic_name
 from .registry import Cluster, Registry
@@ -32,40 +29,30 @@ def gateway_key(gateway_id: str) -> str:
 
 
 def ensure_topic(cluster: Cluster) -> None:
-    if STATUS_TOPIC not in broker.topics(cluster):
-        try:
-            broker.create_topics(cluster, [(STATUS_TOPIC, 1, {"cleanup.policy": "compact"})])
-        except Exception:  # noqa: BLE001 - another gateway created it first
-            if STATUS_TOPIC not in broker.topics(cluster):
-                raise
+    if STATUS_TOPIC not in kafka.topics(cluster):
+        kafka.create_compacted_topic(cluster, STATUS_TOPIC)
 
 
 def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:
     """Latest report per key (optionally only keys starting with `prefix`)."""
     out: dict[str, dict[str, Any]] = {}
-    if STATUS_TOPIC not in broker.topics(cluster):
+    if STATUS_TOPIC not in kafka.topics(cluster):
         return out
-    c = broker.consumer(cluster)
+    c = kafka.consumer(cluster)
     try:
-        c.assign([TopicPartition(STATUS_TOPIC, 0, 0)])
-        deadline = time.monotonic() + broker.REQUEST_TIMEOUT
-        while time.monotonic() < deadline:
-            for m in c.consume(5000, timeout=0.05):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return out
-                    continue
-                key = (m.key() or b"").decode()
-                if not key.startswith(prefix):
-                    continue
-                if m.value() is None:
-                    out.pop(key, None)
-                else:
-                    out[key] = json.loads(cast(bytes, m.value()))
-        return out
+        for m in kafka.read_partition(c, kafka.TopicPartition(STATUS_TOPIC, 0, 0), batch=5000, wait=0.05):
+            key = (m.key() or b"").decode()
+            if not key.startswith(prefix):
+                continue
+            if m.value() is None:
+                out.pop(key, None)
+            else:
+                out[key] = json.loads(cast(bytes, m.value()))
+    except TimeoutError:
+        pass  # a status topic too slow to read shows the reports read so far
     finally:
         c.close()
+    return out
 
 
 def _replica_lists_upstream(reg: Registry, entry: dict[str, Any], src_path: str) -> tuple[bool, Record | None]:
@@ -79,43 +66,30 @@ def _replica_lists_upstream(reg: Registry, entry: dict[str, Any], src_path: str)
     return any(u["path"] == src_path for u in rec.get("upstreams", [])), rec
 
 
-def _ends(cluster: Cluster, names: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    present = broker.topics(cluster)
-    c = broker.consumer(cluster)
-    try:
-        return broker.true_ends(c, [TopicPartition(t, p) for t, p in names if t in present])
-    finally:
-        c.close()
-
-
 def _pending_detail(cluster: Cluster, tp: tuple[str, int], start: int, end: int) -> tuple[int, int, int]:
     """(bytes, oldest timestamp, newest timestamp) of the records in [start, end) of a source partition."""
-    c = broker.consumer(cluster)
+    c = kafka.consumer(cluster)
     total = seen = 0
     oldest = newest = 0
     try:
-        c.assign([TopicPartition(tp[0], tp[1], start)])
-        deadline = time.monotonic() + 5
-        while seen < BYTES_SAMPLE and time.monotonic() < deadline:
-            msgs = c.consume(5000, timeout=0.05)
-            stop = False
-            for m in msgs:
-                if m.error() is not None:
-                    stop = stop or cast(KafkaError, m.error()).code() == KafkaError._PARTITION_EOF
-                    continue
+        try:
+            for m in kafka.read_partition(
+                c, kafka.TopicPartition(tp[0], tp[1], start), timeout=5, batch=5000, wait=0.05
+            ):
                 if cast(int, m.offset()) >= end:
-                    stop = True
                     break
                 ts = m.timestamp()[1]
                 oldest = oldest or ts
                 newest = ts
                 total += len(m.value() or b"") + len(m.key() or b"")
                 seen += 1
-            if stop:
-                break
+                if seen >= BYTES_SAMPLE:
+                    break
+        except TimeoutError:
+            pass  # an estimate from the records read in time
         if seen and seen < end - start:
             total = total * (end - start) // seen
-        last = broker.last_record(c, TopicPartition(*tp), end)
+        last = kafka.last_record(c, kafka.TopicPartition(*tp), end)
         if last is not None:
             newest = last.timestamp()[1]
     finally:
@@ -150,8 +124,8 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
     for topic, meta in srec.get("topics", {}).items():
         for p in range(meta["partitions"]):
             pairs.append((topic, p))
-    src_ends = _ends(src.cluster, [(kafka_topic_name(src.path, t), p) for t, p in pairs])
-    dst_ends = _ends(dst_cluster, [(kafka_topic_name(dst_path, t), p) for t, p in pairs])
+    src_ends = kafka.partition_ends(src.cluster, [(kafka_topic_name(src.path, t), p) for t, p in pairs])
+    dst_ends = kafka.partition_ends(dst_cluster, [(kafka_topic_name(dst_path, t), p) for t, p in pairs])
     for topic, p in pairs:
         s_tp = (kafka_topic_name(src.path, topic), p)
         s_end = src_ends.get(s_tp, 0)

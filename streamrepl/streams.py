@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from . import ace, broker
+from . import ace, kafka
 from .errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
 from .metastore import MetaStore, Record
 from .paths import StreamPath, kafka_topic_name, parse_stream
@@ -197,8 +197,8 @@ def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
             conf["compression.type"] = "producer"  # undo a codec set before: Kafka's own default
         if names:
             # Only topics the broker has: Apache Kafka refuses to configure a missing one.
-            present = broker.topics(r.cluster)
-            broker.set_topic_configs(r.cluster, [n for n in names if n in present], conf)
+            present = kafka.topics(r.cluster)
+            kafka.set_topic_configs(r.cluster, [n for n in names if n in present], conf)
 
     def apply(current: Record | None) -> Record:
         if current is None:
@@ -218,7 +218,7 @@ def delete(reg: Registry, path: str) -> None:
     prefix = kafka_topic_name(r.path, "x")[:-1]
     for attempt in range(3):
         try:
-            broker.delete_topics(r.cluster, [t for t in broker.topics(r.cluster) if t.startswith(prefix)])
+            kafka.delete_topics(r.cluster, [t for t in kafka.topics(r.cluster) if t.startswith(prefix)])
             break
         except NotFound:
             # A topic went away between listing and deleting (someone deleted it meanwhile;

@@ -6,9 +6,7 @@ import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
-
-from . import broker
+from . import kafka
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .metastore import Record
 from .paths import kafka_topic_name, validate_topic
@@ -36,7 +34,7 @@ def create(
     if topic in rec.get("topics", {}):
         raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
     name = kafka_topic_name(r.path, topic)
-    broker.create_topics(r.cluster, [(name, n, kafka_configs(rec, tstype))])
+    kafka.create_topics(r.cluster, [(name, n, kafka_configs(rec, tstype))])
 
     def add(current: Record | None) -> Record:
         if current is None:
@@ -52,7 +50,7 @@ def create(
         # Nothing half-made; best effort, so that the user hears why the update failed
         # (a stream deleted meanwhile takes its Kafka topics with it).
         with contextlib.suppress(StreamreplError):
-            broker.delete_topics(r.cluster, [name])
+            kafka.delete_topics(r.cluster, [name])
         raise
     return {"topic": topic, "partitions": n, "timestamptype": tstype, "kafkatopic": name}
 
@@ -88,12 +86,12 @@ def edit(
                 " partitions can be added, never removed"
             )
         if partitions > meta["partitions"]:
-            broker.add_partitions(r.cluster, name, partitions)
+            kafka.add_partitions(r.cluster, name, partitions)
     if timestamptype is not None:
         tstype = timestamptype.lower()
         if tstype not in TIMESTAMP_TYPES:
             raise InvalidArgument(f"-timestamptype {tstype} is not valid; use createtime or logappendtime")
-        broker.set_topic_configs(r.cluster, [name], {"message.timestamp.type": TIMESTAMP_TYPES[tstype]})
+        kafka.set_topic_configs(r.cluster, [name], {"message.timestamp.type": TIMESTAMP_TYPES[tstype]})
 
     def change(current: Record | None) -> Record:
         if current is None or topic not in current["topics"]:
@@ -121,8 +119,8 @@ def delete(reg: Registry, path: str, topic: str) -> None:
     _require_topic(r, rec, topic)
     check_perm(rec, "topicperm", r.path, "delete topics")
     name = kafka_topic_name(r.path, topic)
-    if name in broker.topics(r.cluster):
-        broker.delete_topics(r.cluster, [name])
+    if name in kafka.topics(r.cluster):
+        kafka.delete_topics(r.cluster, [name])
 
     def drop(current: Record | None) -> Record:
         if current is None:
@@ -135,36 +133,16 @@ def delete(reg: Registry, path: str, topic: str) -> None:
 
 def _committed_by_group(r: Resolved, kafka_topics: set[str]) -> dict[str, dict[tuple[str, int], int]]:
     """group -> {(kafka topic, partition): committed offset} for groups reading these topics."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    a = broker.admin(r.cluster)
-    try:
-        groups = a.list_consumer_groups(request_timeout=broker.REQUEST_TIMEOUT).result().valid
-    except KafkaException:
-        raise broker.unreachable(r.cluster, "listing consumer groups") from None
-    out: dict[str, dict[tuple[str, int], int]] = {}
-    for g in groups:
-        if g.group_id.startswith("streamrepl-"):
-            continue
-        try:
-            fut = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)])
-            res = next(iter(fut.values())).result()
-        except KafkaException:
-            continue
-        offsets = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in res.topic_partitions or []
-            if tp.topic in kafka_topics and tp.offset >= 0
-        }
-        if offsets:
-            out[g.group_id] = offsets
-    return out
+    a = kafka.admin_client(r.cluster)  # must outlive its futures
+    groups = kafka.list_groups(r.cluster, a)
+    found = kafka.committed_offsets(r.cluster, a, groups, wanted=lambda kt: kt in kafka_topics)
+    return {g: offsets for g, (offsets, _) in found.items() if offsets}
 
 
 def list_topics(reg: Registry, path: str) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
     names = {t: kafka_topic_name(r.path, t) for t in rec.get("topics", {})}
-    ends = partition_ends(r, names.values())
+    ends = kafka.topic_ends(r.cluster, names.values())
     groups = _committed_by_group(r, set(names.values()))
     rows = []
     for topic, meta in sorted(rec.get("topics", {}).items()):
@@ -184,17 +162,6 @@ def list_topics(reg: Registry, path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def partition_ends(r: Resolved, kafka_topics: Any) -> dict[tuple[str, int], int]:
-    present = broker.topics(r.cluster)
-    c = broker.consumer(r.cluster)
-    try:
-        return broker.true_ends(
-            c, [TopicPartition(kt, p) for kt in kafka_topics if kt in present for p in range(present[kt])]
-        )
-    finally:
-        c.close()
-
-
 def _iso(ms: int | None) -> str | None:
     if ms is None or ms < 0:
         return None
@@ -205,19 +172,19 @@ def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
     meta = _require_topic(r, rec, topic)
     kt = kafka_topic_name(r.path, topic)
-    present = broker.topics(r.cluster)
+    present = kafka.topics(r.cluster)
     if kt not in present:
         raise NotFound(f"Kafka topic '{kt}' of {r.path}:{topic} is missing on cluster '{r.cluster.name}'")
     groups = _committed_by_group(r, {kt})
-    c = broker.consumer(r.cluster)
+    c = kafka.consumer(r.cluster)
     rows = []
     try:
         for p in range(present[kt]):
-            tp = TopicPartition(kt, p)
-            low, _ = c.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
-            end = broker.true_end(c, tp)
-            first = _first_record(c, tp, low, end)
-            last = broker.last_record(c, tp, end)
+            tp = kafka.TopicPartition(kt, p)
+            low, _ = kafka.watermarks(c, tp)
+            end = kafka.true_end(c, tp)
+            first = kafka.first_record(c, tp, low, end)
+            last = kafka.last_record(c, tp, end)
             committed = [offs[(kt, p)] for offs in groups.values() if (kt, p) in offs]
             rows.append(
                 {
@@ -233,21 +200,3 @@ def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
     finally:
         c.close()
     return rows
-
-
-def _first_record(c: Any, tp: TopicPartition, low: int, end: int) -> Any:
-    if end <= low:
-        return None
-    import time
-
-    c.assign([TopicPartition(tp.topic, tp.partition, low)])
-    deadline = time.monotonic() + broker.REQUEST_TIMEOUT
-    try:
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            return m if m.error() is None else None
-        return None
-    finally:
-        c.unassign()

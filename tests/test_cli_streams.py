@@ -391,14 +391,14 @@ def test_output_into_a_closed_pipe_is_quiet(clusters: EphemeralClusters) -> None
 
 def test_delete_while_a_topic_goes_away(cli: Cli, clusters: EphemeralClusters, monkeypatch: pytest.MonkeyPatch) -> None:
     """A topic deleted by someone else between listing and deleting does not stop the stream's deletion."""
-    from streamrepl import broker
+    from streamrepl import kafka
     from streamrepl.errors import NotFound
 
     path = unique_path()
     assert cli("stream", "create", "-path", path).code == 0
     assert cli("stream", "topic", "create", "-path", path, "-topic", "t").code == 0
     kt = cli("stream", "topic", "list", "-path", path, "-json").data()[0]["kafkatopic"]
-    real, real_delete = broker.topics, broker.delete_topics
+    real, real_delete = kafka.topics, kafka.delete_topics
     ghost = kt[:-1] + "ghost"
     deletions: list[list[str]] = []
 
@@ -416,8 +416,8 @@ def test_delete_while_a_topic_goes_away(cli: Cli, clusters: EphemeralClusters, m
             raise NotFound(f"Kafka topic '{ghost}' does not exist")
         real_delete(cluster, names)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(broker, "topics", listing_with_a_ghost)
-    monkeypatch.setattr(broker, "delete_topics", delete_like_kafka)
+    monkeypatch.setattr(kafka, "topics", listing_with_a_ghost)
+    monkeypatch.setattr(kafka, "delete_topics", delete_like_kafka)
     r = cli("stream", "delete", "-path", path)
     assert (r.code, r.stderr) == (0, ""), r
     assert deletions and ghost in deletions[0]

@@ -26,14 +26,14 @@ def list_cmd(timeout: float) -> None:
     """Show each cluster, its servers, whether it answers, and its other (masked) properties."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .. import broker
+    from .. import kafka  # here, not at the top: `--help` must not load the Kafka client
 
     if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan; a negative timeout would wait forever
         raise InvalidArgument(f"-timeout {timeout} must be more than 0 and at most {MAX_TIMEOUT:g} seconds")
     reg = app().registry
     clusters = list(reg.clusters.values())
     with ThreadPoolExecutor(max_workers=max(1, len(clusters))) as pool:
-        answers = list(pool.map(lambda c: broker.ping(c, timeout), clusters))
+        answers = list(pool.map(lambda c: kafka.ping(c, timeout), clusters))
     rows = []
     for c, ok in zip(clusters, answers, strict=True):
         props = {k: v for k, v in c.masked().items() if k != "bootstrap.servers"}

@@ -127,7 +127,7 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
         except Exception as e:  # noqa: BLE001 - the promise is one line, never a traceback
             if settings.debug():
                 raise
-            from ..broker import describe_exception
+            from ..kafka import describe_exception  # here: `--help` must not load the Kafka client
 
             code, message = describe_exception(e, a.registry_secrets_safe())
             report_error(command_name(ctx), code, message, a.mode)

@@ -1,0 +1,156 @@
+"""streamrepl.kafka's reading and compacted-topic creation, on fake clients: no broker needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamrepl import kafka
+from streamrepl.errors import StreamreplError
+from streamrepl.kafka import KafkaError, TopicPartition
+from streamrepl.kafka import admin as kafka_admin
+from streamrepl.registry import Cluster
+
+EOF_ERROR = KafkaError(KafkaError._PARTITION_EOF)
+
+
+class FakeMessage:
+    def __init__(self, offset: int, error: KafkaError | None = None, topic: str = "t", partition: int = 0):
+        self._offset, self._error, self._topic, self._partition = offset, error, topic, partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+
+class FakeConsumer:
+    """Hands out the prepared batches, one per consume(), then empty batches."""
+
+    def __init__(self, batches: list[list[FakeMessage]], watermarks: tuple[int, int] = (0, 0)):
+        self.batches = list(batches)
+        self.assigned: list[TopicPartition] | None = None
+        self.consumed = 0
+        self._watermarks = watermarks
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = tps
+
+    def unassign(self) -> None:
+        self.assigned = None
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        self.consumed += 1
+        return self.batches.pop(0) if self.batches else []
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
+        return self._watermarks
+
+
+def offsets(c: FakeConsumer, **kw: Any) -> list[int]:
+    return [m.offset() for m in kafka.read_partition(c, TopicPartition("t", 0, 0), **kw)]  # type: ignore[arg-type]
+
+
+def test_reads_to_the_end_of_the_partition() -> None:
+    c = FakeConsumer([[FakeMessage(0), FakeMessage(1)], [FakeMessage(2), FakeMessage(3, EOF_ERROR)], [FakeMessage(4)]])
+    assert offsets(c) == [0, 1, 2]
+    assert c.assigned is None  # unassigned at the end
+
+
+def test_until_goes_on_past_the_end_and_stops_at_the_offset() -> None:
+    c = FakeConsumer(
+        [[FakeMessage(0), FakeMessage(1, EOF_ERROR)], [], [FakeMessage(1), FakeMessage(2)], [FakeMessage(3)]]
+    )
+    assert offsets(c, until=1) == [0, 1]
+    assert len(c.batches) == 1  # the record after `until` was not asked for
+
+
+def test_errors_other_than_the_end_are_skipped() -> None:
+    c = FakeConsumer(
+        [
+            [FakeMessage(0), FakeMessage(-1, KafkaError(KafkaError._TRANSPORT)), FakeMessage(1)],
+            [FakeMessage(2, EOF_ERROR)],
+        ]
+    )
+    assert offsets(c) == [0, 1]
+
+
+def test_a_partition_that_never_ends_times_out() -> None:
+    c = FakeConsumer([[FakeMessage(0)]])
+    with pytest.raises(TimeoutError):
+        offsets(c, timeout=0.05)
+    assert c.assigned is None
+
+
+def test_a_reader_that_stops_early_leaves_the_consumer_unassigned() -> None:
+    c = FakeConsumer([[FakeMessage(0), FakeMessage(1)], [FakeMessage(2, EOF_ERROR)]])
+    for m in kafka.read_partition(c, TopicPartition("t", 0, 0)):  # type: ignore[arg-type]
+        if m.offset() == 0:
+            break
+    assert c.assigned is None
+
+
+def test_true_end_reads_past_an_undercounting_watermark() -> None:
+    # Tansu reports the base offset of the last batch + 1 as high watermark: 5 here, the real end is 8.
+    c = FakeConsumer(
+        [[FakeMessage(4), FakeMessage(5), FakeMessage(6), FakeMessage(7)], [FakeMessage(8, EOF_ERROR)]], (0, 5)
+    )
+    assert kafka.true_end(c, TopicPartition("t", 0)) == 8  # type: ignore[arg-type]
+    assert c.assigned is None
+
+
+def test_true_end_of_an_empty_partition_asks_nothing_more() -> None:
+    c = FakeConsumer([], (3, 3))
+    assert kafka.true_end(c, TopicPartition("t", 0)) == 3  # type: ignore[arg-type]
+    assert c.consumed == 0
+
+
+CLUSTER = Cluster("east", {"bootstrap.servers": "127.0.0.1:1"})
+
+
+def test_create_compacted_topic_asks_for_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[Any] = []
+    monkeypatch.setattr(kafka_admin, "create_topics", lambda cluster, specs: asked.extend(specs))
+    kafka.create_compacted_topic(CLUSTER, "__internal")
+    assert asked == [("__internal", 1, {"cleanup.policy": "compact"})]
+
+
+def test_create_compacted_topic_tolerates_a_creator_that_got_there_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    def lost_the_race(cluster: Cluster, specs: Any) -> None:
+        raise StreamreplError("already exists")
+
+    monkeypatch.setattr(kafka_admin, "create_topics", lost_the_race)
+    monkeypatch.setattr(kafka_admin, "topics", lambda cluster: {"__internal": 1})
+    kafka.create_compacted_topic(CLUSTER, "__internal")
+
+
+def test_create_compacted_topic_fails_when_the_topic_is_still_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(cluster: Cluster, specs: Any) -> None:
+        raise StreamreplError("refused")
+
+    monkeypatch.setattr(kafka_admin, "create_topics", refused)
+    monkeypatch.setattr(kafka_admin, "topics", lambda cluster: {})
+    with pytest.raises(StreamreplError, match="refused"):
+        kafka.create_compacted_topic(CLUSTER, "__internal")
+
+
+def test_clients_get_every_registry_property() -> None:
+    c = Cluster("east", {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.password": "pw"})
+    conf = kafka.client_config(c, **{"linger.ms": 0})
+    assert conf["security.protocol"] == "SASL_SSL" and conf["sasl.password"] == "pw"
+    assert conf["linger.ms"] == 0 and conf["log_level"] == 0
+
+
+def test_create_shared_topic_keeps_the_partitions_and_settings_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[Any] = []
+    monkeypatch.setattr(kafka_admin, "create_topics", lambda cluster, specs: asked.extend(specs))
+    kafka.create_shared_topic(CLUSTER, "__slots", 16)
+    assert asked == [("__slots", 16, {})]
