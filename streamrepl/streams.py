@@ -138,10 +138,23 @@ def check_perm(rec: Record, perm: str, stream: StreamPath, action: str) -> None:
     )
 
 
+def refuse_lockout(given: dict[str, Any], stream: StreamPath) -> None:
+    """Refuse the empty adminperm: it grants nobody, and since changing it needs adminperm, nobody (root included:
+    streamrepl checks ACEs itself, not the operating system) could ever change the stream again. Giving adminperm
+    to someone else stays possible: they can give it back."""
+    if "adminperm" in given and ace.parse(given["adminperm"]).expr is None:
+        me = ace.current_identity()
+        raise InvalidArgument(
+            f"an empty -adminperm would leave nobody able to change or delete stream {stream}, ever; name who"
+            f" administers it, e.g. -adminperm 'u:{me.user}'"
+        )
+
+
 # -- verbs ------------------------------------------------------------------------------
 def create(reg: Registry, path: str, settings: dict[str, Any], copymetafrom: str | None = None) -> Record:
     target = resolve(reg, path)
     given = validate_settings(settings)
+    refuse_lockout(given, target.path)
     base: dict[str, Any] = dict(DEFAULTS)
     if copymetafrom:
         _, src = load(reg, copymetafrom)
@@ -177,6 +190,7 @@ def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
     given = validate_settings(settings)
     if not given:
         raise InvalidArgument("nothing to change; give at least one setting such as -ttl or -adminperm")
+    refuse_lockout(given, r.path)
     preview = {**rec, **given}
     names = [kafka_topic_name(r.path, t) for t in rec.get("topics", {})]
     if any(

@@ -236,9 +236,9 @@ def test_public_ace_allows_anyone(cli: Cli) -> None:
 
 def test_empty_ace_allows_nobody(cli: Cli) -> None:
     path = unique_path()
-    assert cli("stream", "create", "-path", path, "-adminperm", '""').code == 0
-    r = cli("stream", "edit", "-path", path, "-ttl", "9")
-    assert "lacks adminperm" in one_error_line(r)
+    assert cli("stream", "create", "-path", path, "-consumeperm", '""').code == 0
+    r = cli("consume", "-path", f"{path}:t", "-timeout", "1")
+    assert "lacks consumeperm" in one_error_line(r)
 
 
 # -- delete ---------------------------------------------------------------------------------------

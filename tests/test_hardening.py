@@ -84,3 +84,16 @@ def test_every_man_page_header_fits_80_columns() -> None:
         _, title, section, _, _, center = shlex.split(th.replace("\\-", "-"))
         side = len(f"{title}({section})")
         assert 2 * side + len(center) + 4 <= 80, f"{page.name}: {th}"
+
+
+@pytest.mark.parametrize("perm", ['""', ""])
+def test_an_empty_adminperm_is_refused(cli, new_path, perm: str) -> None:  # type: ignore[no-untyped-def]
+    """`stream edit -adminperm '""'` was accepted, and after it nobody, root included, could edit the stream again."""
+    alice = {"STREAMREPL_IDENTITY": "user=alice"}
+    path = new_path()
+    assert cli("stream", "create", "-path", path, env=alice).code == 0
+    run = cli("stream", "edit", "-path", path, "-adminperm", perm, env=alice)
+    assert run.code != 0 and "adminperm" in run.stderr and "\n" not in run.stderr.strip(), run
+    assert cli("stream", "edit", "-path", path, "-ttl", "60", env=alice).code == 0  # still hers to edit
+    run = cli("stream", "create", "-path", new_path(), "-adminperm", perm, env=alice)
+    assert run.code != 0 and "adminperm" in run.stderr, run
