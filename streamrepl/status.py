@@ -106,6 +106,7 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
         "minPendingTS": 0,
         "maxPendingTS": 0,
         "lasterror": "",
+        "errorPartitions": 0,  # always there: scripts read columns by position
     }
     agreed, drec = _replica_lists_upstream(reg, entry, str(src.path))
     if drec is None:

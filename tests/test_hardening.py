@@ -97,3 +97,16 @@ def test_an_empty_adminperm_is_refused(cli, new_path, perm: str) -> None:  # typ
     assert cli("stream", "edit", "-path", path, "-ttl", "60", env=alice).code == 0  # still hers to edit
     run = cli("stream", "create", "-path", new_path(), "-adminperm", perm, env=alice)
     assert run.code != 0 and "adminperm" in run.stderr, run
+
+
+def test_replica_list_has_the_same_columns_with_and_without_errors(cli, new_path) -> None:  # type: ignore[no-untyped-def]
+    """`errorPartitions` appeared only when a partition was in error, so `cut -f` positions shifted."""
+    src, dst = new_path(), new_path("newyork")
+    assert cli("stream", "create", "-path", src).code == 0
+    assert cli("stream", "create", "-path", dst).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    assert cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", "true").code == 0
+    rows = cli("stream", "replica", "list", "-path", src, "-json").data()
+    assert rows[0]["errorPartitions"] == 0, rows
+    header = cli("stream", "replica", "list", "-path", src).stdout.splitlines()[0].split("\t")
+    assert "errorPartitions" in header
