@@ -113,6 +113,14 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
         row["replicaState"] = "REPLICA_STATE_ERROR"
         row["lasterror"] = f"replica stream {entry['path']} does not exist"
         return row
+    if entry.get("uuid") and drec.get("uuid") != entry["uuid"]:
+        row["replicaState"] = "REPLICA_STATE_ERROR"
+        row["lasterror"] = (
+            f"replica stream {entry['path']} was deleted and created again (uuid {entry['uuid']}, now"
+            f" {drec.get('uuid')}): it is another stream; run 'streamrepl stream replica remove -path {src.path}"
+            f" -replica {entry['path']}', then add it again"
+        )
+        return row
     if not agreed:
         row["replicaState"] = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
         row["lasterror"] = (

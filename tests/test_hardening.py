@@ -110,3 +110,18 @@ def test_replica_list_has_the_same_columns_with_and_without_errors(cli, new_path
     assert rows[0]["errorPartitions"] == 0, rows
     header = cli("stream", "replica", "list", "-path", src).stdout.splitlines()[0].split("\t")
     assert "errorPartitions" in header
+
+
+def test_a_replica_deleted_and_created_again_is_an_error_in_replica_list(cli, new_path) -> None:  # type: ignore[no-untyped-def]
+    """The re-created stream is another stream (new uuid, none of the replicated records); replica list kept showing
+    the old uuid as if nothing had happened."""
+    src, dst = new_path(), new_path("newyork")
+    for path in (src, dst):
+        assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", "true").code == 0
+    assert cli("stream", "delete", "-path", dst).code == 0
+    assert cli("stream", "create", "-path", dst).code == 0
+    row = cli("stream", "replica", "list", "-path", src, "-json").data()[0]
+    assert row["replicaState"] == "REPLICA_STATE_ERROR", row
+    assert "created again" in row["lasterror"] and "replica remove" in row["lasterror"], row
+    assert row["isUptodate"] is False
