@@ -2,31 +2,35 @@
 
 Starting brokers costs about a second, so every end-to-end test shares the `clusters` fixture
 (sanfrancisco and newyork) and keeps out of the others' way by using stream paths of its own
-(`unique_path`).
+(`new_path`). What the fixtures are made of lives in tests/support/.
+
+Every test that needs a broker through these fixtures is marked `e2e` here, so that
+`scripts/test -m 'not e2e'` runs the unit tests alone; modules that start brokers of their own
+carry the marker themselves (`pytestmark`).
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterator
 
 import pytest
-from clitools import Run, run_cli, unique_path
+from support import BROKER_FIXTURES, Run, run_cli, shared_clusters, unique_path
 
 from streamrepl.local import EphemeralClusters
 
-CLUSTERS = ["sanfrancisco", "newyork"]
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
 def clusters() -> Iterator[EphemeralClusters]:
     """Two embedded brokers for the whole session; $STREAMREPL_CLUSTERS names their registry."""
-    with EphemeralClusters(CLUSTERS) as ec, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STREAMREPL_CLUSTERS", str(ec.registry_path))
-        mp.delenv("STREAMREPL_IDENTITY", raising=False)
+    with shared_clusters() as ec:
         yield ec
-        # A Tansu broker waits for its connected clients before it stops: let go of any left.
-        gc.collect()
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
 """The bad-input corpus: malformed command lines, registry files and ACEs, each run through the CLI.
 
 Every case must end with a non-zero exit, exactly one line on stderr (or, with -json, the JSON
-error envelope on stdout and nothing on stderr), no traceback, within 15 s, and no change to the
-clusters: neither to what `stream list -json` shows, nor to the Kafka topics, nor a single
+error envelope on stdout and nothing on stderr), no traceback, and no change to the neither to what `stream list -json` shows, nor to the Kafka topics, nor a single
 record more in the metadata topic.
 
 Placeholders in the arguments: {S} is a stream made for this module (topic `t`, 2 partitions,
@@ -12,11 +11,9 @@ admin and topic permissions for its creator only), {NEW} and {NEW2} are paths no
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -26,18 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clitools import STREAMREPL_BIN, Run, run_cli, unique_path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from support import STREAMREPL_BIN, Run, kill_broker, run_cli, unique_path
 
 from streamrepl.ace import current_identity
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import METADATA_TOPIC
 
-pytestmark = pytest.mark.e2e
-
 ALICE = (("STREAMREPL_IDENTITY", "user=alice;groups=qa"),)
-TIME_LIMIT = 15.0
 SECRET = "hunter2-planted"
 
 
@@ -332,12 +326,13 @@ class Corpus:
 class Offline:
     """The cases against brokers that do not answer, run as separate processes in the background
     while the other cases run: one registry names a closed port, another a broker frozen with
-    SIGSTOP. Each is timed from its own start; starts are staggered so that the interpreters do
-    not all start up at once on a busy machine."""
+    SIGSTOP. Starts are staggered so that the interpreters do not all start up at once on a busy
+    machine. A case that does not end within a generous timeout is killed (a hang, not slowness:
+    how fast a command fails is not asserted here)."""
 
     def __init__(self, corpus: Corpus, cases: list[Case]):
         self.corpus, self.cases = corpus, cases
-        self.results: dict[str, tuple[Run, float]] = {}
+        self.results: dict[str, Run] = {}
         self.procs: list[subprocess.Popen[str]] = []
         self.stopping = False
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -349,7 +344,6 @@ class Offline:
             if self.stopping:
                 break
             env = dict(os.environ, **dict(case.env))
-            started = time.monotonic()
             proc = subprocess.Popen(
                 [STREAMREPL_BIN, *self.corpus.expand(case)],
                 env=env,
@@ -358,21 +352,21 @@ class Offline:
                 text=True,
             )
             self.procs.append(proc)
-            waiters.append(threading.Thread(target=self._wait, args=(case.id, proc, started)))
+            waiters.append(threading.Thread(target=self._wait, args=(case.id, proc)))
             waiters[-1].start()
             time.sleep(0.4)
         for w in waiters:
             w.join()
 
-    def _wait(self, cid: str, proc: subprocess.Popen[str], started: float) -> None:
+    def _wait(self, cid: str, proc: subprocess.Popen[str]) -> None:
         try:
             out, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-        self.results[cid] = (Run(proc.returncode, out, err), time.monotonic() - started)
+        self.results[cid] = Run(proc.returncode, out, err)
 
-    def result(self, cid: str) -> tuple[Run, float]:
+    def result(self, cid: str) -> Run:
         self.thread.join(timeout=120)
         return self.results[cid]
 
@@ -393,6 +387,7 @@ def corpus(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory
     assert run_cli("stream", "topic", "create", "-path", stream, "-topic", "t", "-partitions", "2").code == 0
     regs = write_registries(tmp_path_factory.mktemp("registries"), clusters.registry_path)
     corpus = Corpus(clusters, stream, regs, me)
+    # A broker of its own: it is frozen for the whole module, which the shared ones must never be.
     with EphemeralClusters(["stalled"]) as stalled:
         regs["stalled"] = stalled.registry_path
         stalled.freeze("stalled")  # thawed again when the context ends
@@ -402,12 +397,9 @@ def corpus(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory
         finally:
             corpus.offline.stop()
             corpus.close()
-            # A broker that was frozen with clients connected waits for them on SIGTERM (5 s);
-            # it holds nothing worth a clean stop: kill the one this fixture started.
-            pid = stalled.brokers["stalled"].pid
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            # Frozen with clients connected, it would wait for them on SIGTERM; it holds nothing worth
+            # a clean stop.
+            kill_broker(stalled, "stalled")
 
 
 def assert_one_clear_error(case: Case, run: Run) -> str:
@@ -438,14 +430,11 @@ def test_bad_input(case: Case, corpus: Corpus) -> None:
     if corpus.last is None:
         corpus.last = corpus.snapshot()
     if case.offline:
-        run, elapsed = corpus.offline.result(case.id)
+        run = corpus.offline.result(case.id)
     else:
-        started = time.monotonic()
         run = run_cli(corpus.expand(case), env=dict(case.env))
-        elapsed = time.monotonic() - started
     message = assert_one_clear_error(case, run)
     assert re.search(case.expect, message, re.IGNORECASE), f"{message!r} does not say {case.expect!r}"
-    assert elapsed < TIME_LIMIT, f"took {elapsed:.1f} s: {run}"
     assert SECRET not in run.stdout + run.stderr
     after = corpus.snapshot()
     before, corpus.last = corpus.last, after

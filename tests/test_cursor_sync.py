@@ -133,9 +133,7 @@ def test_a_groups_committed_offsets_follow_on_the_replica(setup: Setup) -> None:
         read(c, 60)  # part of the topic; more than a partition holds, so both get a cursor
         first = {(tp.topic, tp.partition): tp.offset for tp in c.commit(asynchronous=False)}
         assert first and all(o > 0 for o in first.values())
-        started = time.monotonic()
         wait_until(lambda: committed(s.dst_bs, "billing") == on_replica(s, first), 10, "the cursors on the replica")
-        assert time.monotonic() - started < 5
         # The CLI sees it too, as a cursor of the replica stream.
         found = cli_json("stream", "cursor", "list", "-path", s.dst, "-consumergroup", "billing", registry=s.registry)
         rows = {(r["topic"], r["partitionid"]): r["committedoffset"] for r in found}
@@ -254,9 +252,7 @@ def test_each_link_is_synced_by_one_gateway_and_a_failing_round_is_retried(
     time.sleep(0.2)
     t.gateway.plan = plan
     wait_until(lambda: t.committed > 0, 5, "a round", interval=0.05)
-    started = time.monotonic()
     t.stop()
-    assert time.monotonic() - started < 1
     assert t._thread is None
 
 

@@ -118,3 +118,28 @@ def test_man_l_shows_the_options() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "-defaultpartitions" in r.stdout.replace("\u2010", "-")
+
+
+def test_no_tracked_file_sends_readers_outside_the_repository() -> None:
+    """A clone has only the repository: every document it points to must be in it (docs/), not in a
+    directory beside it that only the original checkout had."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    outside = "../" + "shared"  # spelled apart, so that this file does not name it
+    offenders = []
+    for name in tracked.decode().split("\0"):
+        path = ROOT / name
+        if not name or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue  # not text
+        if outside.encode() in data:
+            offenders.append(name)
+    assert offenders == [], f"{offenders} refer to {outside}, which a clone does not have"
+
+
+def test_readme_links_to_the_docs_it_names() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for doc in ("docs/architecture.md", "docs/maprcli.md"):
+        assert f"]({doc})" in readme, doc
+        assert (ROOT / doc).is_file(), doc

@@ -54,6 +54,7 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    # Brokers of its own: three clusters, and gateways it kills and freezes while they write.
     with EphemeralClusters(["sanfrancisco", "newyork", "tokyo"]) as ec:
         yield Env(ec, ec.registry_path, tmp_path_factory.mktemp("gateways"))
 

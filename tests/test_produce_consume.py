@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support import Run, run_proc
 
 from streamrepl import registry, streams, topics
 from streamrepl.local import EphemeralClusters
 
 pytestmark = pytest.mark.e2e
 
-STREAMREPL = str(Path(sys.executable).with_name("streamrepl"))
-
 
 @pytest.fixture(scope="module")
 def ec() -> Iterator[EphemeralClusters]:
+    # Brokers of its own, not the session's shared ones: a test freezes sanfrancisco.
     with EphemeralClusters(["sanfrancisco", "newyork"]) as clusters:
         yield clusters
 
@@ -40,12 +36,11 @@ def stream(reg: registry.Registry) -> str:
     return path
 
 
-def cli(ec: EphemeralClusters, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, STREAMREPL_CLUSTERS=str(ec.registry_path))
-    return subprocess.run([STREAMREPL, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60)
+def cli(ec: EphemeralClusters, *args: str, stdin: str | None = None) -> Run:
+    return run_proc(args, env={"STREAMREPL_CLUSTERS": str(ec.registry_path)}, stdin=stdin)
 
 
-def ok(p: subprocess.CompletedProcess[str]) -> str:
+def ok(p: Run) -> str:
     assert p.returncode == 0, p.stderr + p.stdout
     return p.stdout
 

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def ec():
+    # Brokers of its own: three clusters (tokyo too), one more than the shared pair.
     with EphemeralClusters(["sanfrancisco", "newyork", "tokyo"]) as clusters:
         yield clusters
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import support
 import yaml
 from clitools import STREAMREPL_BIN, Run, run_cli
 
@@ -106,15 +107,9 @@ def proc_env(env: Env, **extra: str) -> dict[str, str]:
 
 def run_proc(env: Env, args: Sequence[object], stdin: str = "", timeout: float = 90, **extra: str) -> Run:
     """`streamrepl <args>` as its own process: stderr holds librdkafka's writes to fd 2 too."""
-    p = subprocess.run(
-        [STREAMREPL_BIN, *map(str, args)],
-        input=stdin,
-        env=proc_env(env, **extra),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    return support.run_proc(
+        args, env={**proc_env(env, **extra), "STREAMREPL_DEBUG": None}, timeout=timeout, stdin=stdin
     )
-    return Run(p.returncode, p.stdout, p.stderr)
 
 
 def leaks(outputs: dict[str, str]) -> list[str]:
@@ -142,6 +137,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """A broker of its own (cluster `live`), the secret-laden registry (mode 600), a stream with
     records and a replica of it in the same cluster (for the gateway to work on)."""
     tmp = tmp_path_factory.mktemp("secrets")
+    # A broker of its own: the registry under test names it with secrets, and its gateway is killed.
     with EphemeralClusters(["live"]) as ec:
         reg = tmp / "clusters.yaml"
         reg.write_text(yaml.safe_dump(registry_doc(ec.brokers["live"].bootstrap, free_port()), sort_keys=False))

@@ -58,6 +58,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     logdir = tmp_path_factory.mktemp("gateways")
+    # Brokers of its own: three clusters (tokyo too), with gateways for every one of them.
     with EphemeralClusters(CLUSTERS) as ec:
         # A low throttle rate (records/s per partition) makes `-throttle true` visible in a short test.
         env = {"STREAMREPL_THROTTLE_RATE": str(THROTTLE_RATE)}

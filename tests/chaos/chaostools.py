@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamtools import Gateways, Tally
+from support.streams import Gateways, Tally
 
 from streamrepl.local import EphemeralClusters
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from chaostools import ROWS, THROTTLE_RATE, Chaos, table
-from streamtools import Gateways
+from support.streams import Gateways
 
 from streamrepl.local import EphemeralClusters
 
@@ -18,6 +18,7 @@ from streamrepl.local import EphemeralClusters
 @pytest.fixture(scope="module")
 def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     logdir = tmp_path_factory.mktemp("chaos-gateways")
+    # Brokers of its own, not the session's shared ones: the scenarios freeze them.
     with EphemeralClusters(["sanfrancisco", "newyork"]) as ec:
         env = {"STREAMREPL_THROTTLE_RATE": str(THROTTLE_RATE)}
         with Gateways(ec.registry_path, "newyork", logdir, env=env) as gws:

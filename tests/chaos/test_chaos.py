@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 from chaostools import Chaos
-from streamtools import (
+from support.freeze import broker_frozen, frozen
+from support.streams import (
     Gateways,
     SteadyProducer,
     Tally,
@@ -149,11 +150,8 @@ def test_destination_then_source_frozen_multimaster(chaos: Chaos) -> None:
             wait_writing(c, b, west)
             wait_writing(c, a, east)
             for cluster in ("newyork", "sanfrancisco"):
-                c.ec.freeze(cluster)
-                try:
+                with broker_frozen(c.ec, cluster):
                     time.sleep(FREEZE)
-                finally:
-                    c.ec.thaw(cluster)
                 time.sleep(2)
         finally:
             sent = pa.stop() + pb.stop()
@@ -281,11 +279,8 @@ def test_gateway_stalled_past_its_session(chaos: Chaos) -> None:
     producer = SteadyProducer(c.bs("sanfrancisco"), sp(src), TOPICS, rate=4000, tag="z").start()
     try:
         wait_writing(c, dst, TOPICS)
-        c.gws.procs["ny1"].send_signal(signal.SIGSTOP)
-        try:
+        with frozen(c.gws.procs["ny1"]):
             time.sleep(15)
-        finally:
-            c.gws.procs["ny1"].send_signal(signal.SIGCONT)
         time.sleep(5)
     finally:
         sent = producer.stop()

@@ -1,0 +1,24 @@
+"""What the tests share: running the CLI (support.cli), the brokers (support.clusters), freezing a
+process (support.freeze), and setting streams up and comparing them (support.streams).
+
+pyproject's pytest `pythonpath = ["tests"]` makes `from support import ...` work in every test module.
+"""
+
+from support.cli import STREAMREPL_BIN, Run, one_error_line, run_cli, run_proc, unique_path
+from support.clusters import BROKER_FIXTURES, SHARED_CLUSTERS, kill_broker, shared_clusters
+from support.freeze import broker_frozen, frozen
+
+__all__ = [
+    "BROKER_FIXTURES",
+    "SHARED_CLUSTERS",
+    "STREAMREPL_BIN",
+    "Run",
+    "broker_frozen",
+    "frozen",
+    "kill_broker",
+    "one_error_line",
+    "run_cli",
+    "run_proc",
+    "shared_clusters",
+    "unique_path",
+]

@@ -1,0 +1,50 @@
+"""The brokers end-to-end tests run against.
+
+One pair (sanfrancisco and newyork) is started per test session and shared by every end-to-end test
+(`shared_clusters`, the `clusters` fixture of tests/conftest.py); tests keep out of each other's way
+by using stream paths of their own (`support.cli.unique_path`). Starting brokers costs about a
+second each, and a machine running the suite is busy enough.
+
+A module starts brokers of its own (`EphemeralClusters([...])` directly) only when it does something
+to them that would break the others' tests: freezing or killing a broker, or running gateways whose
+counts it checks (a gateway works on every replica of its cluster, so streams other modules leave
+behind would change them). Such a module says why in a comment at its fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from streamrepl.local import EphemeralClusters
+
+SHARED_CLUSTERS = ["sanfrancisco", "newyork"]
+
+#: Fixtures that start or use a broker: a test that needs one (even indirectly, as `cli` needs
+#: `clusters`) is an end-to-end test and gets the `e2e` marker (tests/conftest.py).
+BROKER_FIXTURES = frozenset({"clusters"})
+
+
+@contextlib.contextmanager
+def shared_clusters() -> Iterator[EphemeralClusters]:
+    """The session's brokers; $STREAMREPL_CLUSTERS names their registry while they run."""
+    with EphemeralClusters(SHARED_CLUSTERS) as ec, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STREAMREPL_CLUSTERS", str(ec.registry_path))
+        mp.delenv("STREAMREPL_IDENTITY", raising=False)
+        yield ec
+        # A Tansu broker waits for its connected clients before it stops: let go of any left.
+        gc.collect()
+
+
+def kill_broker(ec: EphemeralClusters, name: str) -> None:
+    """SIGKILL one broker of `ec` and reap it. A broker that was frozen with clients connected waits
+    for them on SIGTERM (5 s); use this when it holds nothing worth a clean stop."""
+    pid = ec.brokers[name].pid
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
