@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import replicas, streams
-from .errors import AlreadyExists, NotFound, StreamreplError
+from .bulk.copystream import copystream
+from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .registry import Registry
 
 CREATE_SCHEDULE = "REPLICA_STATE_CREATE_SCHEDULE"
@@ -62,8 +63,6 @@ def autosetup(
     streams.check_perm(srec, "adminperm", src.path, "set up replication")
     dst = streams.resolve(reg, replica)
     if dst.path == src.path:
-        from .errors import InvalidArgument
-
         raise InvalidArgument(f"stream {src.path} cannot be its own replica")
     entry = _entry(reg, path, replica)
     resuming = entry is not None and entry.get("state") in (CREATE_SCHEDULE, COPY_IN_PROGRESS)
@@ -97,8 +96,6 @@ def autosetup(
     if directcopy:
         replicas.set_state(reg, str(src.path), str(dst.path), COPY_IN_PROGRESS)
         say(f"copying the existing data of {src.path} into {dst.path}")
-        from .copy import copystream
-
         result = copystream(reg, str(src.path), str(dst.path), master=master)
         copied = result.row()
         if not result.complete:

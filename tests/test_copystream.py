@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streamrepl import policy, streams, topics
+from streamrepl.bulk.lock import LOCK_FIELD, CopyLock, CopyLocked
 from streamrepl.cli import main
-from streamrepl.copy import LOCK_FIELD, CopyLock, CopyLocked
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
 from streamrepl.registry import Registry, load
