@@ -24,6 +24,7 @@ from typing import Any
 
 from . import replicas, streams
 from .bulk.copystream import copystream
+from .bulk.spark import check_spark_options
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .registry import Registry
 
@@ -59,6 +60,7 @@ def autosetup(
     master: str | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
+    check_spark_options(master, None)  # before the replica is created or registered
     src, srec = streams.load(reg, path)
     streams.check_perm(srec, "adminperm", src.path, "set up replication")
     dst = streams.resolve(reg, replica)

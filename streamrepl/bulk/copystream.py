@@ -338,6 +338,7 @@ def copystream(
 ) -> CopyResult:
     """Copy every topic of stream `src` into stream `dst`, offsets preserved; see the module doc."""
     warn = warn or (lambda text: print(f"copystream: warning: {text}", file=sys.stderr))
+    spark.check_spark_options(master, numthreads)  # before the destination is created or locked
     src_r, src_rec = streams.load(reg, src)
     check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "copy from it")
     dst_r, dst_rec, created = _prepare_destination(reg, src, dst, src_r, src_rec)

@@ -201,6 +201,7 @@ def diffstreams(
     progress: bool | None = None,
 ) -> DiffResult:
     """Compare two streams partition by partition; see the module doc."""
+    spark.check_spark_options(master, numthreads)
     src_r, src_rec = streams.load(reg, src)
     dst_r, dst_rec = streams.load(reg, dst)
     check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "compare it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import time
@@ -17,6 +18,21 @@ from typing import Any, cast
 from .. import broker, settings
 from ..errors import InvalidArgument, StreamreplError
 from ..logtail import log_tail
+
+#: The master URLs Spark 4 starts on (SparkContext's own forms); anything else fails inside the JVM with a
+#: stack trace whose last lines do not say why.
+_MASTER = re.compile(r"yarn|(spark|k8s)://\S+|local(\[[^\]]+\])?|local-cluster\[[^\]]+\]")
+
+
+def check_spark_options(master: str | None, numthreads: int | None) -> None:
+    """Refuse a bad -master or -numthreads in one line, before a job creates or locks anything."""
+    if numthreads is not None and numthreads < 1:
+        raise InvalidArgument(f"-numthreads {numthreads} must be at least 1")
+    if master is not None and not _MASTER.fullmatch(master):
+        raise InvalidArgument(
+            f"-master {master!r} is not a Spark master: give yarn, spark://HOST:PORT, k8s://URL, local or"
+            " local[N] (leave it out for local[*])"
+        )
 
 
 def describe(e: BaseException, secrets: Iterable[str]) -> str:
@@ -89,8 +105,7 @@ def start_spark(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if numthreads is not None and numthreads < 1:
-        raise InvalidArgument(f"-numthreads {numthreads} must be at least 1")
+    check_spark_options(master, numthreads)
     t0 = time.monotonic()
     if SparkContext._active_spark_context is not None:
         return SparkHandle(SparkSession.builder.getOrCreate(), 0.0, owned=False)
