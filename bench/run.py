@@ -557,7 +557,8 @@ def produce_latency(logdir: Path, n: int = 500) -> dict:
 
 
 def copystream_run(n: int) -> dict:
-    r = subprocess.run([PY, "-m", "streamrepl.copy", "-n", str(n)], capture_output=True, text=True, env=os.environ)
+    script = str(Path(__file__).with_name("copystream.py"))
+    r = subprocess.run([PY, script, "-n", str(n)], capture_output=True, text=True, env=os.environ)
     if r.returncode:
         return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:]}
     return json.loads(r.stdout)
@@ -644,7 +645,7 @@ def main() -> int:
                 "stream_info_s": round(time_cmd([BIN, "stream", "info", "-path", "/sanfrancisco/lat"]), 3),
             }
     if a.copystream:
-        log(f"copystream: {a.copystream} records (python -m streamrepl.copy)")
+        log(f"copystream: {a.copystream} records (bench/copystream.py)")
         res["copystream"] = copystream_run(a.copystream)
     report(res)
     if a.json:

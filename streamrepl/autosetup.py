@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import replicas, streams
-from .errors import AlreadyExists, NotFound, StreamreplError
+from .bulk.copystream import copystream
+from .bulk.spark import check_spark_options
+from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .registry import Registry
 
 CREATE_SCHEDULE = "REPLICA_STATE_CREATE_SCHEDULE"
@@ -58,12 +60,11 @@ def autosetup(
     master: str | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
+    check_spark_options(master, None)  # before the replica is created or registered
     src, srec = streams.load(reg, path)
     streams.check_perm(srec, "adminperm", src.path, "set up replication")
     dst = streams.resolve(reg, replica)
     if dst.path == src.path:
-        from .errors import InvalidArgument
-
         raise InvalidArgument(f"stream {src.path} cannot be its own replica")
     entry = _entry(reg, path, replica)
     resuming = entry is not None and entry.get("state") in (CREATE_SCHEDULE, COPY_IN_PROGRESS)
@@ -97,8 +98,6 @@ def autosetup(
     if directcopy:
         replicas.set_state(reg, str(src.path), str(dst.path), COPY_IN_PROGRESS)
         say(f"copying the existing data of {src.path} into {dst.path}")
-        from .copy import copystream
-
         result = copystream(reg, str(src.path), str(dst.path), master=master)
         copied = result.row()
         if not result.complete:

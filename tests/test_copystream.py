@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streamrepl import policy, streams, topics
+from streamrepl import broker, policy, streams, topics
+from streamrepl.bulk.lock import LOCK_FIELD, CopyLock, CopyLocked
 from streamrepl.cli import main
-from streamrepl.copy import LOCK_FIELD, CopyLock, CopyLocked
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
 from streamrepl.registry import Registry, load
@@ -169,6 +169,23 @@ def copied(out: str) -> int:
 
 
 # -- tests -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "option"), [("badthreads", ["-numthreads", "-4"]), ("badmaster", ["-master", "bogus://x"])]
+)
+def test_bad_spark_options_are_refused_before_anything_changes(
+    env: Env, capsys: pytest.CaptureFixture[str], name: str, option: list[str]
+) -> None:
+    """Issue 16, item 6: the destination stream and its topics are not created for a job that cannot run."""
+    src, dst = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    env.make_stream(src, ["t"], 1)
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, *option)
+    assert code != 0 and out == ""
+    assert len(err.strip().splitlines()) == 1 and option[1] in err, err
+    d = streams.resolve(env.reg, dst)
+    assert d.store.get(d.path.path) is None
+    assert env.kt(dst, "t") not in broker.topics(env.reg.get("newyork"))
+
+
 def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     env.make_stream(SRC, ["clicks", "views", "orders"], 4)
     bs = env.bootstrap("sanfrancisco")

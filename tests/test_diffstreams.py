@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from test_copystream import TS0, Env, cli, records, send
 
-from streamrepl import copy
+from streamrepl.bulk.diffstreams import DIFF_COLUMNS
 from streamrepl.local import EphemeralClusters
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -54,8 +54,8 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
     code, out, err = cli(capsys, "diffstreams", "-src", SRC, "-dst", DST, "-outdir", str(outdir), "-numthreads", "2")
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert lines[0].split("\t") == list(copy.DIFF_COLUMNS)
-    rows = [dict(zip(copy.DIFF_COLUMNS, line.split("\t"), strict=True)) for line in lines[1:]]
+    assert lines[0].split("\t") == list(DIFF_COLUMNS)
+    rows = [dict(zip(DIFF_COLUMNS, line.split("\t"), strict=True)) for line in lines[1:]]
     assert len(rows) == 4 and all(r["match"] == "true" and r["firstdiff"] == "-1" for r in rows)
     assert all(r["srcdigest"] == r["dstdigest"] for r in rows)
     assert sum(int(r["srccount"]) for r in rows) == 1500 + 11

@@ -384,7 +384,7 @@ def task_clients(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[s
     from types import SimpleNamespace
 
     from streamrepl import broker
-    from streamrepl import copy as job
+    from streamrepl.bulk import spark as job
 
     seen: list[tuple[str, str, dict[str, str]]] = []
 
@@ -400,7 +400,7 @@ def task_clients(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[s
     monkeypatch.setattr(broker, "producer", recording("producer", broker.producer))
     spark = SimpleNamespace(sparkContext=FakeSparkContext())
     monkeypatch.setattr(job, "start_spark", lambda *a, **k: job.SparkHandle(spark, 0.0, owned=False))
-    monkeypatch.setattr(job, "_run_job", lambda sc, make, on_tick=None, tick=0.5: make().collect())
+    monkeypatch.setattr(job, "run_job", lambda sc, make, on_tick=None, tick=0.5: make().collect())
     return seen
 
 
@@ -408,20 +408,20 @@ def test_copystream_and_diffstreams_tasks_get_every_cluster_property(
     env: Env, task_clients: list[tuple[str, str, dict[str, str]]]
 ) -> None:
     """The tasks rebuild each cluster from the job's spec: TLS and SASL settings, not only the servers."""
-    from streamrepl import copy as job
     from streamrepl import registry
+    from streamrepl.bulk import copystream, diffstreams
 
     reg = registry.load(str(env.reg))
     live = reg.get("live").properties
     assert sum(TOKEN in v for v in live.values()) == 3
 
-    copied = job.copystream(reg, STREAM, "/live/orders-inprocess", progress=False)
+    copied = copystream.copystream(reg, STREAM, "/live/orders-inprocess", progress=False)
     assert copied.complete and copied.records == 20, copied
     assert {kind for kind, _, _ in task_clients} == {"consumer", "producer"}
     assert all(props == live for _, _, props in task_clients), task_clients
 
     task_clients.clear()
-    diff = job.diffstreams(reg, STREAM, "/live/orders-inprocess", progress=False)
+    diff = diffstreams.diffstreams(reg, STREAM, "/live/orders-inprocess", progress=False)
     assert diff.match, diff.rows
     assert len(task_clients) == 2 * diff.partitions
     assert all(props == live for _, _, props in task_clients), task_clients
@@ -442,7 +442,7 @@ def test_spark_source_slices_carry_every_cluster_property(
     )
 
     from streamrepl import registry
-    from streamrepl.spark_source import StreamreplReader
+    from streamrepl.bulk.spark_source import StreamreplReader
 
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     schema = StructType(

@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import Producer
 from test_copystream import TS0, Env, send
 
-from streamrepl import copy, policy
+from streamrepl import policy
+from streamrepl.bulk.spark import start_spark
 from streamrepl.local import EphemeralClusters
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -37,9 +38,9 @@ def env() -> Iterator[Env]:
 
 @pytest.fixture(scope="module")
 def spark(env: Env) -> Iterator[Any]:
-    from streamrepl.spark_source import register
+    from streamrepl.bulk.spark_source import register
 
-    handle = copy.start_spark("streamrepl data source test", numthreads=2, conf={"spark.sql.shuffle.partitions": "2"})
+    handle = start_spark("streamrepl data source test", numthreads=2, conf={"spark.sql.shuffle.partitions": "2"})
     register(handle.spark)
     yield handle.spark
     handle.stop()

@@ -77,7 +77,7 @@ def copystream(
     streamrepl copystream -src /sanfrancisco/activity -dst /newyork/activity
     streamrepl copystream -src /sf/a -dst /ny/a -master spark://spark1:7077 -sparkconf spark.executor.memory=2g
     """
-    from .. import copy as job
+    from ..bulk import copystream as job  # imports confluent_kafka: not for --help
 
     res = job.copystream(
         app().registry,
@@ -131,7 +131,7 @@ def diffstreams(
     \b
     streamrepl diffstreams -src /sanfrancisco/activity -dst /newyork/activity -outdir /tmp/diff
     """
-    from .. import copy as job
+    from ..bulk import diffstreams as job  # imports confluent_kafka: not for --help
 
     res = job.diffstreams(
         app().registry,

@@ -1,6 +1,6 @@
 """A Spark data source for streams: read a stream (or some of its topics) as a DataFrame.
 
-    from streamrepl.spark_source import register
+    from streamrepl.bulk.spark_source import register
     register(spark)
     df = (spark.read.format("streamrepl")
           .option("topics", "clicks,views")
@@ -32,8 +32,16 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from confluent_kafka import TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
+
+from .. import broker, policy, streams
+from ..errors import InvalidArgument, NotFound
+from ..paths import kafka_topic_name
+from ..registry import Cluster, load
+from .access import check_any_perm
+from .reader import CONSUMER_TUNING, READ_UNCOMMITTED, batches, snapshot_end
 
 SCHEMA = (
     "topic string, partition int, offset long, key binary, value binary, timestamp timestamp,"
@@ -78,8 +86,6 @@ def _offset_option(options: Any, name: str) -> int | None:
     try:
         value = int(str(raw).strip())
     except ValueError:
-        from .errors import InvalidArgument
-
         raise InvalidArgument(f"option {name} '{raw}' is not an offset; give a number, earliest or latest") from None
     return value
 
@@ -94,8 +100,6 @@ def _time_option(options: Any, name: str) -> int | None:
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        from .errors import InvalidArgument
-
         raise InvalidArgument(
             f"option {name} '{raw}' is not a time; give milliseconds since the epoch or ISO-8601"
         ) from None
@@ -129,20 +133,13 @@ class StreamreplReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        from confluent_kafka import TopicPartition
-
-        from . import broker, copy, streams
-        from .errors import InvalidArgument, NotFound
-        from .paths import kafka_topic_name
-        from .registry import load
-
         opts = self.options
         path = opts.get("path")
         if not path:
             raise InvalidArgument('no stream given; use spark.read.format("streamrepl").load("/cluster/stream")')
         reg = load(opts.get("clusters") or None)
         r, rec = streams.load(reg, path)
-        copy.check_any_perm(rec, ("consumeperm", "copyperm"), r, "read it")
+        check_any_perm(rec, ("consumeperm", "copyperm"), r, "read it")
         known = sorted(rec.get("topics", {}))
         wanted = [t.strip() for t in str(opts.get("topics") or "").split(",") if t.strip()] or known
         missing = [t for t in wanted if t not in known]
@@ -155,13 +152,13 @@ class StreamreplReader(DataSourceReader):
         present = broker.topics(r.cluster)
         slices: list[InputPartition] = []
         committed = broker.consumer(r.cluster)
-        uncommitted = broker.consumer(r.cluster, **copy.READ_UNCOMMITTED)
+        uncommitted = broker.consumer(r.cluster, **READ_UNCOMMITTED)
         try:
             for topic in wanted:
                 kt = kafka_topic_name(r.path, topic)
                 for p in range(present.get(kt, 0)):
                     tp = TopicPartition(kt, p)
-                    end, _ = copy.snapshot_end(committed, uncommitted, tp)
+                    end, _ = snapshot_end(committed, uncommitted, tp)
                     low, _ = uncommitted.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
                     start = max(low, first if first is not None else low)
                     stop = min(end, last) if last is not None else end
@@ -179,23 +176,19 @@ class StreamreplReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
-        from confluent_kafka import TopicPartition
         from pyspark.sql.pandas.types import to_arrow_schema
-
-        from . import broker, copy, policy
-        from .registry import Cluster
 
         if not isinstance(partition, KafkaSlice):
             return  # Spark's stand-in when nothing is to be read
         s = partition
         schema = to_arrow_schema(self.schema, timezone="UTC")
         fillers = _true(self.options, "includefillers")
-        c = broker.consumer(Cluster(s.cluster, s.props), **copy.CONSUMER_TUNING)
+        c = broker.consumer(Cluster(s.cluster, s.props), **CONSUMER_TUNING)
         label = f"{s.topic}[{s.partition}]"
         started = s.from_ms is None
         done = False
         try:
-            for good, _ in copy._batches(c, TopicPartition(s.kafka_topic, s.partition, s.start), s.end, label):
+            for good, _ in batches(c, TopicPartition(s.kafka_topic, s.partition, s.start), s.end, label):
                 cols: list[list[Any]] = [[] for _ in range(8)]
                 for m in good:
                     headers = cast(list[tuple[str, Any]], m.headers() or [])
@@ -233,10 +226,6 @@ def _offset_for_time(c: Any, kt: str, p: int, ms: int, end: int) -> int:
 
     Apache Kafka answers exactly; Tansu answers with the start of the batch holding it, or 0.
     """
-    from confluent_kafka import TopicPartition
-
-    from . import broker
-
     got = c.offsets_for_times([TopicPartition(kt, p, ms)], timeout=broker.REQUEST_TIMEOUT)
     off = got[0].offset if got else -1
     return min(end, off) if off >= 0 else end

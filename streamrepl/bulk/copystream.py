@@ -1,0 +1,416 @@
+"""copystream: copy every topic of a stream into another stream, offsets preserved (a Spark job).
+
+Records go exactly as replication writes them: through `applier.OffsetPreservingWriter`, from the
+destination's `resume_point`, one ordered writer per partition. The end of each source partition is
+taken once when the job starts, so the job ends even while producers keep writing; a rerun copies only
+what is new. A lock in the destination stream's metadata record (`lock.CopyLock`) keeps two runs from
+writing the same destination at once.
+
+Reading stops at the source's stable end: records of a transaction still open when the job starts are
+not copied (the partition is reported as stopped there), and invisible offsets (transaction markers,
+aborted records) get a filler only once they are decided.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from confluent_kafka import Consumer, TopicPartition
+
+from .. import broker, policy, streams, topics
+from ..applier import OffsetPreservingWriter, flush, resume_point
+from ..errors import AlreadyExists, InvalidArgument, StreamreplError
+from ..metastore import Record
+from ..paths import kafka_topic_name
+from ..registry import Cluster, Registry
+from . import spark
+from .access import check_any_perm
+from .lock import CopyLock, CopyLocked, LockRefresher
+from .progress import copy_progress
+from .reader import CONSUMER_TUNING, READ_UNCOMMITTED, Clients, batches, snapshot_end
+
+#: Fillers are queued in chunks of at most this many, so that a huge gap never overflows the queue.
+FILL_CHUNK = 50_000
+#: Keep at most this many records queued in a task's producer before waiting for acknowledgements.
+QUEUE_HIGH = 400_000
+FLUSH_TIMEOUT = 120.0
+
+PRODUCER_TUNING: dict[str, Any] = {
+    "linger.ms": 20,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "message.timeout.ms": int(FLUSH_TIMEOUT * 1000),
+}
+
+
+# -- the tasks: one partition each ------------------------------------------------------------
+def _fill(w: OffsetPreservingWriter, producer: Any, to: int) -> None:
+    while w.next < to:
+        w.fill_to(min(to, w.next + FILL_CHUNK))
+        producer.poll(0)
+        while len(producer) > QUEUE_HIGH:
+            producer.poll(0.05)
+
+
+class SharedProducer:
+    """One producer for every partition a task copies: an idempotent producer is slow to set up."""
+
+    def __init__(self, cluster: Cluster, clients: Clients = broker):
+        self.cluster = cluster
+        self.clients = clients
+        self.producer: Any = None
+
+    def get(self) -> Any:
+        if self.producer is None:
+            self.producer = self.clients.producer(self.cluster, **PRODUCER_TUNING)
+        return self.producer
+
+    def discard(self) -> None:
+        """After a failure: drain what is queued, and start the next partition on a fresh producer."""
+        if self.producer is not None:
+            self.producer.flush(10)
+            self.producer = None
+
+
+def copy_partition(
+    spec: dict[str, Any], item: dict[str, Any], shared: SharedProducer | None = None, clients: Clients = broker
+) -> dict[str, Any]:
+    """Copy one source partition into its destination partition (runs in a Spark task)."""
+    t0 = time.monotonic()
+    src = Cluster(spec["src_cluster"], spec["src_props"])
+    dst = Cluster(spec["dst_cluster"], spec["dst_props"])
+    shared = shared or SharedProducer(dst, clients)
+    secrets = src.secrets() + dst.secrets()
+    part = item["partition"]
+    end = item["end"]
+    label = f"{spec['dst_path']}:{item['topic']}[{part}]"
+    out: dict[str, Any] = {
+        "topic": item["topic"],
+        "partition": part,
+        "start": -1,
+        "end": end,
+        "records": 0,
+        "fillers": 0,
+        "bytes": 0,
+        "stopped": None,
+        "error": None,
+    }
+    consumer: Consumer | None = None
+    w: OffsetPreservingWriter | None = None
+    data = 0
+    try:
+        probe = clients.consumer(dst)
+        try:
+            start, origin = resume_point(probe, TopicPartition(item["dst"], part), spec["dst_uuid"])
+        finally:
+            probe.close()
+        out["start"] = start
+        if start < end:
+            consumer = clients.consumer(src, **CONSUMER_TUNING)
+            producer = shared.get()
+            w = OffsetPreservingWriter(
+                producer, item["dst"], part, start, spec["dst_uuid"], spec["src_uuid"], origin, label=label
+            )
+            for good, eof in batches(consumer, TopicPartition(item["src"], part, start), end, label):
+                if good:
+                    first = cast(int, good[0].offset())
+                    if first - w.next > FILL_CHUNK:
+                        _fill(w, producer, first)
+                    skipped = w.skipped
+                    w.write(good)
+                    data += len(good) - (w.skipped - skipped)
+                    producer.poll(0)
+                    while len(producer) > QUEUE_HIGH:
+                        producer.poll(0.05)
+                    w.raise_errors()
+                else:
+                    producer.poll(0)
+                if eof is not None and w.next < end:
+                    if item["stable"]:
+                        _fill(w, producer, end)  # markers and aborted records: decided, invisible
+                    else:
+                        out["stopped"] = w.next  # an open transaction: nothing after it is decided yet
+            flush(producer, [w], timeout=FLUSH_TIMEOUT)
+    except Exception as e:  # noqa: BLE001 - reported per partition; the driver decides the exit status
+        text = spark.describe(e, secrets)
+        out["error"] = text if text.startswith(f"{label}: ") else f"{label}: {text}"
+        shared.discard()
+    finally:
+        if consumer is not None:
+            consumer.close()
+    if w is not None:
+        out["records"] = data
+        out["fillers"] = w.next - out["start"] - data  # every offset copied is a record or a filler
+        out["bytes"] = w.bytes
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def _copy_task(spec: dict[str, Any], groups: Iterable[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    shared = SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]))
+    try:
+        for group in groups:
+            for item in group:
+                yield copy_partition(spec, item, shared)
+    finally:
+        shared.discard()
+
+
+def _deal(items: list[dict[str, Any]], hands: int) -> list[list[dict[str, Any]]]:
+    """Deal work items (largest first) round-robin into `hands` groups, one Spark task each."""
+    ordered = sorted(items, key=lambda i: i["est"] - i["end"])
+    hands = max(1, min(hands, len(ordered)))
+    return [ordered[k::hands] for k in range(hands)]
+
+
+# -- the driver: planning, then the job -------------------------------------------------------
+@dataclass
+class CopyResult:
+    src: str
+    dst: str
+    created: bool = False
+    partitions: int = 0
+    records: int = 0
+    fillers: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    spark_seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.failures and not self.stopped
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "created": self.created,
+            "partitions": self.partitions,
+            "records": self.records,
+            "fillers": self.fillers,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "recordspersecond": round(self.rate),
+            "sparkstartupseconds": round(self.spark_seconds, 3),
+            "failed": len(self.failures) + len(self.stopped),
+        }
+
+    def summary(self) -> str:
+        fillers = f", {self.fillers} fillers" if self.fillers else ""
+        failed = len(self.failures) + len(self.stopped)
+        tail = f"; {failed} partitions NOT fully copied" if failed else ""
+        return (
+            f"copystream: {self.src} -> {self.dst}: copied {self.records} records ({self.bytes} bytes{fillers})"
+            f" in {self.seconds:.2f} s, {self.rate:.0f} records/s; Spark start-up {self.spark_seconds:.2f} s;"
+            f" {self.partitions} partitions{tail}"
+        )
+
+
+def _prepare_destination(
+    reg: Registry, src: str, dst: str, src_r: streams.Resolved, src_rec: Record
+) -> tuple[streams.Resolved, Record, bool]:
+    dst_r = streams.resolve(reg, dst)
+    if dst_r.cluster.name == src_r.cluster.name and dst_r.path.path == src_r.path.path:
+        raise InvalidArgument(f"-src and -dst are the same stream {src_r.path}; name another destination")
+    created = False
+    dst_rec = dst_r.store.get(dst_r.path.path)
+    if dst_rec is None:
+        try:
+            dst_rec = streams.create(reg, dst, {}, copymetafrom=src)
+            created = True
+        except AlreadyExists:
+            dst_rec = dst_r.store.get(dst_r.path.path)
+            if dst_rec is None:
+                raise
+    check_any_perm(dst_rec, ("copyperm", "produceperm"), dst_r, "copy into it")
+    return dst_r, dst_rec, created
+
+
+def _plan_copy(
+    src_r: streams.Resolved, src_rec: Record, dst_r: streams.Resolved, dst_rec: Record, warn: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Create missing destination topics and list one work item per source partition."""
+    src_present = broker.topics(src_r.cluster)
+    dst_present = broker.topics(dst_r.cluster)
+    pairs: list[tuple[str, str, str, int]] = []
+    for topic in sorted(src_rec.get("topics", {})):
+        skt = kafka_topic_name(src_r.path, topic)
+        n = src_present.get(skt)
+        if n is None:
+            warn(
+                f"topic '{topic}' of {src_r.path} has no Kafka topic '{skt}' on cluster '{src_r.cluster.name}'; skipped"
+            )
+            continue
+        dkt = kafka_topic_name(dst_r.path, topic)
+        have = dst_present.get(dkt)
+        if have is None:
+            # CreateTime, whatever the source uses: the copy carries the source's timestamps.
+            with contextlib.suppress(AlreadyExists):
+                broker.create_topics(dst_r.cluster, [(dkt, n, streams.kafka_configs(dst_rec, "createtime"))])
+        elif have < n:
+            broker.add_partitions(dst_r.cluster, dkt, n)
+        meta = dst_rec.get("topics", {}).get(topic)
+        if meta is None or meta.get("partitions", 0) < n:
+            tstype = meta.get("timestamptype", "createtime") if meta else "createtime"
+            topics.register_existing(dst_r, topic, n, tstype)
+        elif meta.get("timestamptype") == "logappendtime":
+            warn(
+                f"topic '{topic}' of {dst_r.path} stamps LogAppendTime: copies get the destination's"
+                " time, not the source's timestamps"
+            )
+        pairs.append((topic, skt, dkt, n))
+
+    items: list[dict[str, Any]] = []
+    committed = broker.consumer(src_r.cluster)
+    uncommitted = broker.consumer(src_r.cluster, **READ_UNCOMMITTED)
+    probe = broker.consumer(dst_r.cluster)
+    try:
+        for topic, skt, dkt, n in pairs:
+            for p in range(n):
+                end, stable = snapshot_end(committed, uncommitted, TopicPartition(skt, p))
+                est = broker.true_end(probe, TopicPartition(dkt, p))
+                item = {"topic": topic, "partition": p, "src": skt, "dst": dkt, "end": end, "stable": stable}
+                label = f"{dst_r.path}:{topic}[{p}]"
+                conflict = _foreign_end(committed, probe, skt, dkt, p, end, est, src_rec["uuid"], dst_rec["uuid"])
+                items.append({**item, "est": min(est, end), "conflict": f"{label}: {conflict}" if conflict else None})
+    finally:
+        for c in (committed, uncommitted, probe):
+            c.close()
+    return items
+
+
+def _foreign_end(
+    src: Consumer, dst: Consumer, skt: str, dkt: str, p: int, end: int, est: int, src_uuid: str, dst_uuid: str
+) -> str | None:
+    """Why the copy's partition cannot be a copy of the source's (None when it can be, as far as its last record
+    shows). The writer checks the origin of every record it is about to write, so a record written into the copy
+    by something else is caught when the source has more; this catches it when there is nothing new to copy."""
+    if est > end:
+        return (
+            f"the copy ends at offset {est}, past the source's end {end}: something else wrote into the copy;"
+            " copying this partition stopped (diffstreams shows where they differ)"
+        )
+    if est <= 0:
+        return None
+    mine = broker.last_record(dst, TopicPartition(dkt, p), est)
+    theirs = broker.last_record(src, TopicPartition(skt, p), est)
+    if mine is None or policy.is_filler(mine.headers()):
+        return None  # offsets with no visible record: a filler or a marker, nothing to compare
+    mine_origin = policy.origin_of(mine.headers(), dst_uuid)
+    theirs_origin = policy.origin_of(theirs.headers(), src_uuid) if theirs is not None else None
+    if theirs_origin == dst_uuid or (
+        theirs is not None
+        and mine_origin == theirs_origin
+        and mine.key() == theirs.key()
+        and mine.value() == theirs.value()
+    ):
+        return None
+    return (
+        f"the record at offset {est - 1} of the copy did not come from the source: something else wrote into the"
+        " copy; copying this partition stopped (diffstreams shows where they differ)"
+    )
+
+
+def copystream(
+    reg: Registry,
+    src: str,
+    dst: str,
+    *,
+    master: str | None = None,
+    numthreads: int | None = None,
+    conf: dict[str, str] | None = None,
+    progress: bool | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> CopyResult:
+    """Copy every topic of stream `src` into stream `dst`, offsets preserved; see the module doc."""
+    warn = warn or (lambda text: print(f"copystream: warning: {text}", file=sys.stderr))
+    spark.check_spark_options(master, numthreads)  # before the destination is created or locked
+    src_r, src_rec = streams.load(reg, src)
+    check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "copy from it")
+    dst_r, dst_rec, created = _prepare_destination(reg, src, dst, src_r, src_rec)
+    result = CopyResult(str(src_r.path), str(dst_r.path), created=created)
+    secrets = src_r.cluster.secrets() + dst_r.cluster.secrets()
+
+    lock = CopyLock(dst_r, str(src_r.path), local=master is None or master.startswith("local"))
+    lock.acquire()
+    handle: spark.SparkHandle | None = None
+    cancel: list[Callable[[], None]] = []
+    refresher = LockRefresher(lock, lambda: [f() for f in cancel])
+    refresher.start()
+    try:
+        dst_rec = dst_r.store.get(dst_r.path.path) or dst_rec
+        items = _plan_copy(src_r, src_rec, dst_r, dst_rec, warn)
+        result.partitions = len(items)
+        result.failures.extend(i["conflict"] for i in items if i["conflict"])
+        work = [i for i in items if i["end"] > i["est"] and not i["conflict"]]
+        if not work:
+            return result
+        show = sys.stderr.isatty() if progress is None else progress
+        with spark.starting(show, f"starting Spark ({master or 'local'})"):
+            handle = spark.start_spark(
+                f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
+            )
+        result.spark_seconds = handle.seconds
+        sc = handle.sc
+        cancel.append(sc.cancelAllJobs)
+        spec = {
+            "src_cluster": src_r.cluster.name,
+            "src_props": dict(src_r.cluster.properties),
+            "dst_cluster": dst_r.cluster.name,
+            "dst_props": dict(dst_r.cluster.properties),
+            "src_uuid": src_rec["uuid"],
+            "dst_uuid": dst_rec["uuid"],
+            "dst_path": str(dst_r.path),
+        }
+        bar = copy_progress(show, dst_r.cluster, work, f"copystream {src_r.path} -> {dst_r.path}")
+        t0 = time.monotonic()
+        try:
+            # A few partitions per task: each task sets up one producer, and tasks stay balanced.
+            groups = _deal(work, 2 * max(1, sc.defaultParallelism))
+            rows = spark.run_job(
+                sc,
+                lambda: sc.parallelize(groups, len(groups)).mapPartitions(functools.partial(_copy_task, spec)),
+                bar.tick,
+            )
+        except Exception as e:  # noqa: BLE001 - a Spark failure is one line like any other
+            if lock.lost:
+                raise CopyLocked(lock.lost) from None
+            raise StreamreplError(f"the Spark job failed: {spark.describe(e, secrets)}") from None
+        finally:
+            bar.close()
+        result.seconds = time.monotonic() - t0
+        if lock.lost:
+            raise CopyLocked(lock.lost)
+        for row in sorted(rows, key=lambda r: (r["topic"], r["partition"])):
+            result.records += row["records"]
+            result.fillers += row["fillers"]
+            result.bytes += row["bytes"]
+            if row["error"]:
+                result.failures.append(row["error"])
+            elif row["stopped"] is not None:
+                result.stopped.append(
+                    f"{dst_r.path}:{row['topic']}[{row['partition']}]: stopped at offset {row['stopped']}"
+                    f" behind a transaction still open in the source ({row['end'] - row['stopped']} offsets"
+                    " not copied); run again once it is committed or aborted"
+                )
+        result.details = rows
+        return result
+    finally:
+        refresher.stop()
+        if handle is not None:
+            handle.stop()
+        lock.release()

@@ -1,0 +1,270 @@
+"""diffstreams: compare two streams partition by partition (a Spark job).
+
+Per partition: counts, the first differing offset and a digest of the records (offset, key, value, user
+headers, timestamp). Replication's own headers are ignored, and a filler on one side matches a gap (no
+visible record) on the other, so a replica that copystream or the gateways made compares equal to its
+source.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import struct
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from .. import broker, policy, streams
+from ..errors import InvalidArgument, StreamreplError
+from ..metastore import Record
+from ..paths import kafka_topic_name
+from ..registry import Cluster, Registry
+from . import spark
+from .access import check_any_perm
+from .progress import task_progress
+from .reader import CONSUMER_TUNING, READ_UNCOMMITTED, Clients, batches
+
+DIFF_COLUMNS = ("topic", "partition", "srccount", "dstcount", "firstdiff", "srcdigest", "dstdigest", "match")
+
+
+# -- the tasks: one partition each ------------------------------------------------------------
+def _encode(m: Message, headers: Any) -> bytes:
+    """The compared content of a record: timestamp, key, value and user headers."""
+    key, value = m.key(), m.value()
+    parts = [
+        struct.pack(">qii", m.timestamp()[1], -1 if key is None else len(key), -1 if value is None else len(value)),
+        key or b"",
+        value or b"",
+    ]
+    for k, v in policy.user_headers(headers):
+        kb = k.encode()
+        parts += [struct.pack(">ii", len(kb), -1 if v is None else len(v)), kb, v or b""]
+    return b"".join(parts)
+
+
+def _visible(c: Consumer | None, kt: str | None, part: int, end: int, label: str) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, content) of each record before `end`; content None for a filler."""
+    if c is None or kt is None or end <= 0:
+        return
+    for good, _ in batches(c, TopicPartition(kt, part, OFFSET_BEGINNING), end, label):
+        for m in good:
+            headers = m.headers()
+            yield cast(int, m.offset()), (None if headers and policy.is_filler(headers) else _encode(m, headers))
+
+
+def diff_partition(spec: dict[str, Any], item: dict[str, Any], clients: Clients = broker) -> dict[str, Any]:
+    """Compare one partition of the two streams (runs in a Spark task)."""
+    src = Cluster(spec["src_cluster"], spec["src_props"])
+    dst = Cluster(spec["dst_cluster"], spec["dst_props"])
+    part = item["partition"]
+    label = f"{item['topic']}[{part}]"
+    hs, hd = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
+    counts = [0, 0]
+    firstdiff = -1
+    error = None
+    cs = clients.consumer(src, **CONSUMER_TUNING) if item["src"] else None
+    cd = clients.consumer(dst, **CONSUMER_TUNING) if item["dst"] else None
+
+    def take(it: Iterator[tuple[int, bytes | None]], h: Any, side: int) -> tuple[int, bytes | None] | None:
+        nxt = next(it, None)
+        if nxt is not None and nxt[1] is not None:
+            counts[side] += 1
+            h.update(struct.pack(">qi", nxt[0], len(nxt[1])))
+            h.update(nxt[1])
+        return nxt
+
+    try:
+        si = _visible(cs, item["src"], part, item["src_end"], f"{spec['src_path']}:{label}")
+        di = _visible(cd, item["dst"], part, item["dst_end"], f"{spec['dst_path']}:{label}")
+        s, d = take(si, hs, 0), take(di, hd, 1)
+        while s is not None or d is not None:
+            if d is None or (s is not None and s[0] < d[0]):
+                assert s is not None
+                at, differs = s[0], s[1] is not None  # a source record where the destination has a gap
+                s = take(si, hs, 0)
+            elif s is None or d[0] < s[0]:
+                at, differs = d[0], d[1] is not None
+                d = take(di, hd, 1)
+            else:
+                at, differs = s[0], s[1] != d[1]
+                s, d = take(si, hs, 0), take(di, hd, 1)
+            if differs and firstdiff < 0:
+                firstdiff = at
+                if spec["first_exit"]:
+                    break
+    except Exception as e:  # noqa: BLE001 - reported in the row
+        error = f"{label}: {spark.describe(e, src.secrets() + dst.secrets())}"
+    finally:
+        for c in (cs, cd):
+            if c is not None:
+                c.close()
+    row = {
+        "topic": item["topic"],
+        "partition": part,
+        "srccount": counts[0],
+        "dstcount": counts[1],
+        "firstdiff": firstdiff,
+        "srcdigest": hs.hexdigest(),
+        "dstdigest": hd.hexdigest(),
+        "match": firstdiff < 0 and error is None,
+    }
+    if error:
+        row["error"] = error
+    return row
+
+
+def _diff_task(spec: dict[str, Any], items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for item in items:
+        yield diff_partition(spec, item)
+
+
+# -- the driver: planning, then the job -------------------------------------------------------
+@dataclass
+class DiffResult:
+    src: str
+    dst: str
+    rows: list[dict[str, Any]]
+    partitions: int
+    seconds: float = 0.0
+    spark_seconds: float = 0.0
+    stopped_early: bool = False
+
+    @property
+    def match(self) -> bool:
+        return len(self.rows) == self.partitions and all(r["match"] for r in self.rows)
+
+    def first_difference(self) -> dict[str, Any] | None:
+        return next((r for r in self.rows if not r["match"]), None)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "timestamp": int(time.time() * 1000),
+            "match": self.match,
+            "partitions": self.partitions,
+            "compared": len(self.rows),
+            "seconds": round(self.seconds, 3),
+            "data": self.rows,
+        }
+
+
+def _plan_diff(
+    src_r: streams.Resolved, src_rec: Record, dst_r: streams.Resolved, dst_rec: Record
+) -> list[dict[str, Any]]:
+    names = sorted(set(src_rec.get("topics", {})) | set(dst_rec.get("topics", {})))
+    src_present = broker.topics(src_r.cluster)
+    dst_present = broker.topics(dst_r.cluster)
+    items: list[dict[str, Any]] = []
+    ends = {
+        "s": broker.consumer(src_r.cluster, **READ_UNCOMMITTED),
+        "d": broker.consumer(dst_r.cluster, **READ_UNCOMMITTED),
+    }
+    try:
+        for topic in names:
+            skt, dkt = kafka_topic_name(src_r.path, topic), kafka_topic_name(dst_r.path, topic)
+            ns, nd = src_present.get(skt, 0), dst_present.get(dkt, 0)
+            for p in range(max(ns, nd)):
+                items.append(
+                    {
+                        "topic": topic,
+                        "partition": p,
+                        "src": skt if p < ns else None,
+                        "dst": dkt if p < nd else None,
+                        "src_end": broker.true_end(ends["s"], TopicPartition(skt, p)) if p < ns else 0,
+                        "dst_end": broker.true_end(ends["d"], TopicPartition(dkt, p)) if p < nd else 0,
+                    }
+                )
+    finally:
+        for c in ends.values():
+            c.close()
+    return items
+
+
+def diffstreams(
+    reg: Registry,
+    src: str,
+    dst: str,
+    *,
+    first_exit: bool = False,
+    master: str | None = None,
+    numthreads: int | None = None,
+    conf: dict[str, str] | None = None,
+    progress: bool | None = None,
+) -> DiffResult:
+    """Compare two streams partition by partition; see the module doc."""
+    spark.check_spark_options(master, numthreads)
+    src_r, src_rec = streams.load(reg, src)
+    dst_r, dst_rec = streams.load(reg, dst)
+    check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "compare it")
+    check_any_perm(dst_rec, ("copyperm", "consumeperm"), dst_r, "compare it")
+    secrets = src_r.cluster.secrets() + dst_r.cluster.secrets()
+    items = _plan_diff(src_r, src_rec, dst_r, dst_rec)
+    result = DiffResult(str(src_r.path), str(dst_r.path), [], len(items))
+    if not items:
+        return result
+    show = sys.stderr.isatty() if progress is None else progress
+    with spark.starting(show, f"starting Spark ({master or 'local'})"):
+        handle = spark.start_spark(
+            f"streamrepl diffstreams {src_r.path} {dst_r.path}", master, numthreads, conf, secrets
+        )
+    result.spark_seconds = handle.seconds
+    try:
+        sc = handle.sc
+        spec = {
+            "src_cluster": src_r.cluster.name,
+            "src_props": dict(src_r.cluster.properties),
+            "dst_cluster": dst_r.cluster.name,
+            "dst_props": dict(dst_r.cluster.properties),
+            "src_path": str(src_r.path),
+            "dst_path": str(dst_r.path),
+            "first_exit": first_exit,
+        }
+        task = functools.partial(_diff_task, spec)
+        bar = task_progress(show, sc, len(items), f"diffstreams {src_r.path} {dst_r.path}")
+        t0 = time.monotonic()
+        # With -first_exit the partitions are compared in waves, and no wave starts after a difference.
+        wave = max(1, sc.defaultParallelism) if first_exit else len(items)
+        try:
+            for i in range(0, len(items), wave):
+                chunk = items[i : i + wave]
+                bar.base = i
+                result.rows += spark.run_job(
+                    sc,
+                    lambda chunk=chunk: sc.parallelize(chunk, len(chunk)).mapPartitions(task),  # type: ignore[misc]
+                    bar.tick,
+                )
+                if first_exit and not all(r["match"] for r in result.rows):
+                    result.stopped_early = i + wave < len(items)
+                    break
+        except Exception as e:  # noqa: BLE001
+            raise StreamreplError(f"the Spark job failed: {spark.describe(e, secrets)}") from None
+        finally:
+            bar.close()
+        result.seconds = time.monotonic() - t0
+        result.rows.sort(key=lambda r: (r["topic"], r["partition"]))
+        return result
+    finally:
+        handle.stop()
+
+
+def write_outdir(outdir: str, result: DiffResult) -> Path:
+    """Write the comparison as JSON: `<outdir>/diffstreams.json` (on the machine that runs the command)."""
+    d = Path(outdir).expanduser()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / "diffstreams.json"
+        tmp = d / f".diffstreams.json.{os.getpid()}"
+        tmp.write_text(json.dumps(result.document(), indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise InvalidArgument(f"-outdir {outdir} cannot be written ({e.strerror}); give a writable directory") from None
+    return path

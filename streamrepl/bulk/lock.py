@@ -1,0 +1,155 @@
+"""The copy lock: a field of the destination stream's metadata record that keeps two copystream runs from
+writing the same destination at once (owner, since, expires; refreshed while the copy runs)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import getpass
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from .. import streams
+from ..errors import NotFound, StreamreplError
+from ..metastore import Record
+
+#: The field of a destination stream's metadata record that holds the copy lock.
+LOCK_FIELD = "copylock"
+#: A lock not refreshed for this long belongs to a run that died; the next run takes it over.
+LOCK_TTL = 120.0
+LOCK_REFRESH = 20.0
+
+
+class CopyLocked(StreamreplError):
+    """Another copystream run holds the destination."""
+
+    code = errno.EBUSY
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+class _Unchanged(Exception):
+    """Raised inside a metadata edit to leave the record as it is."""
+
+
+def _dead_here(held: dict[str, Any]) -> bool:
+    """True when the lock's owner ran Spark in local mode on this host and its process is gone (killed,
+    crashed): its tasks died with it (PySpark's JVM exits when its parent does), so a rerun from cron on
+    the same host need not wait for the lock to expire. A run on a Spark cluster may leave executors
+    writing for a while after its driver dies: its lock is waited for. Owners are `user@host:pid:nonce`."""
+    if not held.get("local"):
+        return False
+    m = re.fullmatch(r"[^@]*@(.*):(\d+):[0-9a-f]+", str(held.get("owner", "")))
+    if m is None or m.group(1) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(m.group(2)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive, under another user
+    return False
+
+
+class CopyLock:
+    """The `copylock` field of a destination stream's metadata record (compare-and-set)."""
+
+    def __init__(self, r: streams.Resolved, source: str, ttl: float = LOCK_TTL, local: bool = True):
+        self.r = r
+        self.source = source
+        #: Spark runs inside this process (local mode): its tasks die with it
+        self.local = local
+        self.ttl_ms = int(ttl * 1000)
+        self.owner = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.since = 0
+        self.lost: str | None = None
+
+    def _refuse(self, held: dict[str, Any]) -> CopyLocked:
+        return CopyLocked(
+            f"destination {self.r.path} is being copied by another run (owner {held.get('owner')},"
+            f" since {_iso(int(held.get('since', 0)))}); wait for it to finish, or, if that run died,"
+            f" for its lock to expire at {_iso(int(held.get('expires', 0)))}"
+        )
+
+    def _take(self, current: Record | None) -> Record:
+        if current is None:
+            raise NotFound(f"stream {self.r.path} does not exist")
+        held = current.get(LOCK_FIELD)
+        now = _now_ms()
+        if held and held.get("owner") != self.owner and int(held.get("expires", 0)) > now and not _dead_here(held):
+            raise self._refuse(held)
+        since = int(held["since"]) if held and held.get("owner") == self.owner else now
+        current[LOCK_FIELD] = {
+            "owner": self.owner,
+            "since": since,
+            "expires": now + self.ttl_ms,
+            "source": self.source,
+            "local": self.local,
+        }
+        self.since = since
+        return current
+
+    def acquire(self) -> None:
+        self.r.store.update(self.r.path.path, self._take)
+
+    def refresh(self) -> bool:
+        """Extend the lock; False (and `lost` set) when another run has taken it over."""
+
+        def extend(current: Record | None) -> Record:
+            held = (current or {}).get(LOCK_FIELD)
+            if not held or held.get("owner") != self.owner:
+                other = held.get("owner") if held else "nobody"
+                raise CopyLocked(f"the copy lock on {self.r.path} was taken over by {other}")
+            return self._take(current)
+
+        try:
+            self.r.store.update(self.r.path.path, extend)
+            return True
+        except CopyLocked as e:
+            self.lost = e.message
+            return False
+
+    def release(self) -> None:
+        def drop(current: Record | None) -> Record:
+            held = (current or {}).get(LOCK_FIELD)
+            if current is None or not held or held.get("owner") != self.owner:
+                raise _Unchanged
+            del current[LOCK_FIELD]
+            return current
+
+        with contextlib.suppress(_Unchanged):
+            self.r.store.update(self.r.path.path, drop)
+
+
+class LockRefresher(threading.Thread):
+    """Refreshes a held lock every `every` seconds; calls `on_lost` once if another run takes it over."""
+
+    def __init__(self, lock: CopyLock, on_lost: Callable[[], object], every: float = LOCK_REFRESH):
+        super().__init__(daemon=True, name="copylock-refresher")
+        self.lock, self.on_lost, self.every = lock, on_lost, every
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every):
+            try:
+                if not self.lock.refresh():
+                    self.on_lost()
+                    return
+            except StreamreplError:
+                continue  # the destination is briefly unreachable; the lock has slack for that
+
+    def stop(self) -> None:
+        self.stopped.set()
