@@ -383,7 +383,7 @@ def task_clients(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[s
     """(kind, cluster, properties) of every Kafka client a task opens; Spark replaced by FakeRDD."""
     from types import SimpleNamespace
 
-    from streamrepl import broker
+    from streamrepl import kafka
     from streamrepl.bulk import spark as job
 
     seen: list[tuple[str, str, dict[str, str]]] = []
@@ -396,8 +396,8 @@ def task_clients(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[s
 
         return make
 
-    monkeypatch.setattr(broker, "consumer", recording("consumer", broker.consumer))
-    monkeypatch.setattr(broker, "producer", recording("producer", broker.producer))
+    monkeypatch.setattr(kafka, "consumer", recording("consumer", kafka.consumer))
+    monkeypatch.setattr(kafka, "producer", recording("producer", kafka.producer))
     spark = SimpleNamespace(sparkContext=FakeSparkContext())
     monkeypatch.setattr(job, "start_spark", lambda *a, **k: job.SparkHandle(spark, 0.0, owned=False))
     monkeypatch.setattr(job, "run_job", lambda sc, make, on_tick=None, tick=0.5: make().collect())

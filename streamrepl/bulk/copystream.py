@@ -21,11 +21,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import Consumer, TopicPartition
-
-from .. import broker, policy, streams, topics
+from .. import kafka, policy, streams, topics
 from ..applier import OffsetPreservingWriter, flush, resume_point
 from ..errors import AlreadyExists, InvalidArgument, StreamreplError
+from ..kafka import Consumer, TopicPartition
 from ..metastore import Record
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
@@ -62,7 +61,7 @@ def _fill(w: OffsetPreservingWriter, producer: Any, to: int) -> None:
 class SharedProducer:
     """One producer for every partition a task copies: an idempotent producer is slow to set up."""
 
-    def __init__(self, cluster: Cluster, clients: Clients = broker):
+    def __init__(self, cluster: Cluster, clients: Clients = kafka):
         self.cluster = cluster
         self.clients = clients
         self.producer: Any = None
@@ -80,7 +79,7 @@ class SharedProducer:
 
 
 def copy_partition(
-    spec: dict[str, Any], item: dict[str, Any], shared: SharedProducer | None = None, clients: Clients = broker
+    spec: dict[str, Any], item: dict[str, Any], shared: SharedProducer | None = None, clients: Clients = kafka
 ) -> dict[str, Any]:
     """Copy one source partition into its destination partition (runs in a Spark task)."""
     t0 = time.monotonic()
@@ -244,8 +243,8 @@ def _plan_copy(
     src_r: streams.Resolved, src_rec: Record, dst_r: streams.Resolved, dst_rec: Record, warn: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """Create missing destination topics and list one work item per source partition."""
-    src_present = broker.topics(src_r.cluster)
-    dst_present = broker.topics(dst_r.cluster)
+    src_present = kafka.topics(src_r.cluster)
+    dst_present = kafka.topics(dst_r.cluster)
     pairs: list[tuple[str, str, str, int]] = []
     for topic in sorted(src_rec.get("topics", {})):
         skt = kafka_topic_name(src_r.path, topic)
@@ -260,9 +259,9 @@ def _plan_copy(
         if have is None:
             # CreateTime, whatever the source uses: the copy carries the source's timestamps.
             with contextlib.suppress(AlreadyExists):
-                broker.create_topics(dst_r.cluster, [(dkt, n, streams.kafka_configs(dst_rec, "createtime"))])
+                kafka.create_topics(dst_r.cluster, [(dkt, n, streams.kafka_configs(dst_rec, "createtime"))])
         elif have < n:
-            broker.add_partitions(dst_r.cluster, dkt, n)
+            kafka.add_partitions(dst_r.cluster, dkt, n)
         meta = dst_rec.get("topics", {}).get(topic)
         if meta is None or meta.get("partitions", 0) < n:
             tstype = meta.get("timestamptype", "createtime") if meta else "createtime"
@@ -275,14 +274,14 @@ def _plan_copy(
         pairs.append((topic, skt, dkt, n))
 
     items: list[dict[str, Any]] = []
-    committed = broker.consumer(src_r.cluster)
-    uncommitted = broker.consumer(src_r.cluster, **READ_UNCOMMITTED)
-    probe = broker.consumer(dst_r.cluster)
+    committed = kafka.consumer(src_r.cluster)
+    uncommitted = kafka.consumer(src_r.cluster, **READ_UNCOMMITTED)
+    probe = kafka.consumer(dst_r.cluster)
     try:
         for topic, skt, dkt, n in pairs:
             for p in range(n):
                 end, stable = snapshot_end(committed, uncommitted, TopicPartition(skt, p))
-                est = broker.true_end(probe, TopicPartition(dkt, p))
+                est = kafka.true_end(probe, TopicPartition(dkt, p))
                 item = {"topic": topic, "partition": p, "src": skt, "dst": dkt, "end": end, "stable": stable}
                 label = f"{dst_r.path}:{topic}[{p}]"
                 conflict = _foreign_end(committed, probe, skt, dkt, p, end, est, src_rec["uuid"], dst_rec["uuid"])
@@ -306,8 +305,8 @@ def _foreign_end(
         )
     if est <= 0:
         return None
-    mine = broker.last_record(dst, TopicPartition(dkt, p), est)
-    theirs = broker.last_record(src, TopicPartition(skt, p), est)
+    mine = kafka.last_record(dst, TopicPartition(dkt, p), est)
+    theirs = kafka.last_record(src, TopicPartition(skt, p), est)
     if mine is None or policy.is_filler(mine.headers()):
         return None  # offsets with no visible record: a filler or a marker, nothing to compare
     mine_origin = policy.origin_of(mine.headers(), dst_uuid)

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
-
-from .. import broker, policy, streams
+from .. import kafka, policy, streams
 from ..errors import InvalidArgument, StreamreplError
+from ..kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from ..metastore import Record
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
@@ -60,7 +59,7 @@ def _visible(c: Consumer | None, kt: str | None, part: int, end: int, label: str
             yield cast(int, m.offset()), (None if headers and policy.is_filler(headers) else _encode(m, headers))
 
 
-def diff_partition(spec: dict[str, Any], item: dict[str, Any], clients: Clients = broker) -> dict[str, Any]:
+def diff_partition(spec: dict[str, Any], item: dict[str, Any], clients: Clients = kafka) -> dict[str, Any]:
     """Compare one partition of the two streams (runs in a Spark task)."""
     src = Cluster(spec["src_cluster"], spec["src_props"])
     dst = Cluster(spec["dst_cluster"], spec["dst_props"])
@@ -161,12 +160,12 @@ def _plan_diff(
     src_r: streams.Resolved, src_rec: Record, dst_r: streams.Resolved, dst_rec: Record
 ) -> list[dict[str, Any]]:
     names = sorted(set(src_rec.get("topics", {})) | set(dst_rec.get("topics", {})))
-    src_present = broker.topics(src_r.cluster)
-    dst_present = broker.topics(dst_r.cluster)
+    src_present = kafka.topics(src_r.cluster)
+    dst_present = kafka.topics(dst_r.cluster)
     items: list[dict[str, Any]] = []
     ends = {
-        "s": broker.consumer(src_r.cluster, **READ_UNCOMMITTED),
-        "d": broker.consumer(dst_r.cluster, **READ_UNCOMMITTED),
+        "s": kafka.consumer(src_r.cluster, **READ_UNCOMMITTED),
+        "d": kafka.consumer(dst_r.cluster, **READ_UNCOMMITTED),
     }
     try:
         for topic in names:
@@ -179,8 +178,8 @@ def _plan_diff(
                         "partition": p,
                         "src": skt if p < ns else None,
                         "dst": dkt if p < nd else None,
-                        "src_end": broker.true_end(ends["s"], TopicPartition(skt, p)) if p < ns else 0,
-                        "dst_end": broker.true_end(ends["d"], TopicPartition(dkt, p)) if p < nd else 0,
+                        "src_end": kafka.true_end(ends["s"], TopicPartition(skt, p)) if p < ns else 0,
+                        "dst_end": kafka.true_end(ends["d"], TopicPartition(dkt, p)) if p < nd else 0,
                     }
                 )
     finally:

@@ -7,9 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
-
-from .. import broker
+from .. import kafka
+from ..kafka import KafkaException, TopicPartition
 from ..registry import Cluster
 
 
@@ -74,7 +73,7 @@ def copy_progress(enabled: bool, dst: Cluster, items: list[dict[str, Any]], labe
     """Offsets copied so far of every work item, read from the destination's watermarks."""
     if not (enabled and items):
         return ProgressBar(False, label, 0, lambda: 0)
-    consumer = broker.consumer(dst)
+    consumer = kafka.consumer(dst)
 
     def copied() -> int:
         done = 0

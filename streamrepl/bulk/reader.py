@@ -7,10 +7,9 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
-from .. import broker
+from .. import kafka
 from ..errors import Unreachable
+from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..registry import Cluster
 
 #: Records fetched per consume() call in a task.
@@ -27,21 +26,11 @@ CONSUMER_TUNING: dict[str, Any] = {
 READ_UNCOMMITTED = {"isolation.level": "read_uncommitted"}
 _ERROR = Message.error
 #: Consumer errors that waiting will not cure.
-_HOPELESS = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError._AUTHENTICATION,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError._SSL,
-    }
-)
+_HOPELESS = kafka.UNKNOWN_TOPIC | kafka.ACCESS_DENIED
 
 
 class Clients(Protocol):
-    """Where a task gets its Kafka clients: the `broker` module, or fakes in a unit test."""
+    """Where a task gets its Kafka clients: the `kafka` package, or fakes in a unit test."""
 
     def consumer(self, cluster: Cluster, group: str | None = None, **extra: Any) -> Consumer: ...
 
@@ -54,10 +43,10 @@ def snapshot_end(committed: Consumer, uncommitted: Consumer, tp: TopicPartition)
     A partition is not stable while a transaction in it is open: its records may still commit
     (or abort), so readers stop at the first undecided offset.
     """
-    end = broker.true_end(uncommitted, tp)
+    end = kafka.true_end(uncommitted, tp)
     if end <= 0:
         return end, True
-    return end, broker.true_end(committed, tp) >= end
+    return end, kafka.true_end(committed, tp) >= end
 
 
 def batches(c: Consumer, tp: TopicPartition, end: int, label: str) -> Iterator[tuple[list[Message], int | None]]:
@@ -86,7 +75,7 @@ def batches(c: Consumer, tp: TopicPartition, end: int, label: str) -> Iterator[t
                 err = m.error()
                 if err is None:
                     good.append(m)
-                elif err.code() == KafkaError._PARTITION_EOF:
+                elif kafka.is_partition_eof(err):
                     eof = cast(int, m.offset())
                 elif err.fatal() or err.code() in _HOPELESS:
                     raise KafkaException(err)

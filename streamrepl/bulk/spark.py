@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .. import broker, settings
+from .. import kafka, settings
 from ..errors import InvalidArgument, StreamreplError
 from ..logtail import log_tail
 
@@ -38,8 +38,8 @@ def check_spark_options(master: str | None, numthreads: int | None) -> None:
 def describe(e: BaseException, secrets: Iterable[str]) -> str:
     """A failure of the driver or of a task as one line, without the clusters' secrets."""
     if isinstance(e, StreamreplError):
-        return broker.scrub(e.message, secrets)
-    return broker.describe_exception(e, secrets)[1]
+        return kafka.scrub(e.message, secrets)
+    return kafka.describe_exception(e, secrets)[1]
 
 
 @dataclass
@@ -138,7 +138,7 @@ def start_spark(
         detail = log_tail(log, lines=8) or describe(e, secrets)
         where = f" (log {log})" if log else ""
         raise StreamreplError(
-            f"Spark did not start on master {master or 'local'}{where}: {broker.scrub(detail, secrets)}"
+            f"Spark did not start on master {master or 'local'}{where}: {kafka.scrub(detail, secrets)}"
         ) from None
     spark.sparkContext.setLogLevel("WARN")
     handle = SparkHandle(spark, time.monotonic() - t0, owned=True, log=log)

@@ -32,12 +32,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from confluent_kafka import TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .. import broker, policy, streams
+from .. import kafka, policy, streams
 from ..errors import InvalidArgument, NotFound
+from ..kafka import TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster, load
 from .access import check_any_perm
@@ -149,17 +149,17 @@ class StreamreplReader(DataSourceReader):
         last = _offset_option(opts, "endingoffset")
         t_from = _time_option(opts, "startingtimestamp")
         t_to = _time_option(opts, "endingtimestamp")
-        present = broker.topics(r.cluster)
+        present = kafka.topics(r.cluster)
         slices: list[InputPartition] = []
-        committed = broker.consumer(r.cluster)
-        uncommitted = broker.consumer(r.cluster, **READ_UNCOMMITTED)
+        committed = kafka.consumer(r.cluster)
+        uncommitted = kafka.consumer(r.cluster, **READ_UNCOMMITTED)
         try:
             for topic in wanted:
                 kt = kafka_topic_name(r.path, topic)
                 for p in range(present.get(kt, 0)):
                     tp = TopicPartition(kt, p)
                     end, _ = snapshot_end(committed, uncommitted, tp)
-                    low, _ = uncommitted.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
+                    low, _ = uncommitted.get_watermark_offsets(tp, timeout=kafka.REQUEST_TIMEOUT, cached=False)
                     start = max(low, first if first is not None else low)
                     stop = min(end, last) if last is not None else end
                     if t_from is not None:
@@ -183,7 +183,7 @@ class StreamreplReader(DataSourceReader):
         s = partition
         schema = to_arrow_schema(self.schema, timezone="UTC")
         fillers = _true(self.options, "includefillers")
-        c = broker.consumer(Cluster(s.cluster, s.props), **CONSUMER_TUNING)
+        c = kafka.consumer(Cluster(s.cluster, s.props), **CONSUMER_TUNING)
         label = f"{s.topic}[{s.partition}]"
         started = s.from_ms is None
         done = False
@@ -226,6 +226,6 @@ def _offset_for_time(c: Any, kt: str, p: int, ms: int, end: int) -> int:
 
     Apache Kafka answers exactly; Tansu answers with the start of the batch holding it, or 0.
     """
-    got = c.offsets_for_times([TopicPartition(kt, p, ms)], timeout=broker.REQUEST_TIMEOUT)
+    got = c.offsets_for_times([TopicPartition(kt, p, ms)], timeout=kafka.REQUEST_TIMEOUT)
     off = got[0].offset if got else -1
     return min(end, off) if off >= 0 else end
