@@ -68,16 +68,16 @@ class StreamConsumer:
     ):
         self.reg = registry_or_default(registry)
         texts = [copies] if isinstance(copies, str) else list(copies)
-        self.failover = Failover(self.reg, texts, failover_after, probe_interval, probe_timeout)
-        named = self.failover.named
+        self._failover = Failover(self.reg, texts, failover_after, probe_interval, probe_timeout)
+        named = self._failover.named
         for t in (topics or []) + named:
             validate_topic(t)
         self.topics: list[str] | None = list(topics) if topics else (named or None)
         self.group = group
-        self.pos = ReadPositions(
+        self._positions = ReadPositions(
             group, partitions, start, start_timestamp, str(conf.get("auto.offset.reset", "earliest"))
         )
-        self.manual = self.pos.manual
+        self.manual = self._positions.manual
         self.commit_timeout = commit_timeout
         self.batch = batch
         self.conf = conf
@@ -88,16 +88,16 @@ class StreamConsumer:
         self._owned: set[tuple[str, int]] = set()
         self._commits_done: list[KafkaError | None] = []
         self._closed = False
-        if not self._connect(range(len(self.failover.copies))):
+        if not self._connect(range(len(self._failover.copies))):
             raise Unreachable(
-                "no copy of the stream answers: " + ", ".join(str(c.r.path) for c in self.failover.copies)
+                "no copy of the stream answers: " + ", ".join(str(c.r.path) for c in self._failover.copies)
             )
 
     # -- properties --------------------------------------------------------------------------------
     @property
     def current(self) -> str | None:
         """The path of the copy being read, or None between copies."""
-        return str(self.failover.copy.r.path) if self._c is not None else None
+        return str(self._failover.copy.r.path) if self._c is not None else None
 
     @property
     def ready(self) -> bool:
@@ -107,18 +107,18 @@ class StreamConsumer:
     @property
     def failovers(self) -> int:
         """How many times the consumer left a copy."""
-        return self.failover.failovers
+        return self._failover.failovers
 
     # -- connecting -------------------------------------------------------------------------------
     def _connect(self, order: Any) -> bool:
         for i in order:
-            if not self.failover.answers(i):
+            if not self._failover.answers(i):
                 continue
             try:
                 self._open(i)
                 return True
             except (Unreachable, KafkaException) as e:
-                log.warning("cannot read copy %s: %s", self.failover.copies[i].r.path, e)
+                log.warning("cannot read copy %s: %s", self._failover.copies[i].r.path, e)
                 self._drop_consumer()
         return False
 
@@ -126,7 +126,7 @@ class StreamConsumer:
         self._commits_done.append(err)
 
     def _open(self, i: int) -> None:
-        copy = self.failover.copies[i]
+        copy = self._failover.copies[i]
         r, rec = open_stream(self.reg, str(copy.r.path), "consumeperm", "consume from it")
         names = self.topics or sorted(rec.get("topics", {}))
         if self.topics:
@@ -139,18 +139,18 @@ class StreamConsumer:
             "enable.partition.eof": False,
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 1000,
-            "error_cb": self.failover.on_error,
+            "error_cb": self._failover.on_error,
             "on_commit": self._on_commit,
         }
         conf.update(self.conf)
         c = broker.consumer(r.cluster, group=self.group, **conf)
         self._c = c
-        self.failover.opened(i)
+        self._failover.opened(i)
         self._owned.clear()
-        self.pos.new_copy()
+        self._positions.new_copy()
         self._buf.clear()
         if self.manual:
-            parts = self.pos.start_offsets(c, r, names, self._kt, resumed=self.failovers > 0)
+            parts = self._positions.start_offsets(c, r, names, self._kt, resumed=self.failovers > 0)
             c.assign(parts)
             self._owned = {(self._kt[tp.topic], tp.partition) for tp in parts}
         elif self.topics:
@@ -164,12 +164,12 @@ class StreamConsumer:
     def _stream_topic(self, kt: str) -> str:
         t = self._kt.get(kt)
         if t is None:
-            t = self._kt[kt] = stream_topic(self.failover.copy.r.path, kt)
+            t = self._kt[kt] = stream_topic(self._failover.copy.r.path, kt)
         return t
 
     def _on_assign(self, c: Consumer, parts: list[TopicPartition]) -> None:
         keys = [(self._stream_topic(tp.topic), tp.partition) for tp in parts]
-        if self.failovers and self.pos.resume_assigned(c, parts, keys):
+        if self.failovers and self._positions.resume_assigned(c, parts, keys):
             if "cooperative" in str(self.conf.get("partition.assignment.strategy", "")):
                 c.incremental_assign(parts)
             else:
@@ -179,22 +179,22 @@ class StreamConsumer:
     def _on_revoke(self, _: Consumer, parts: list[TopicPartition]) -> None:
         gone = {(self._stream_topic(tp.topic), tp.partition) for tp in parts}
         self._owned -= gone
-        self.pos.forget(gone)
+        self._positions.forget(gone)
         self._buf = deque(m for m in self._buf if (self._stream_topic(cast(str, m.topic())), m.partition()) not in gone)
 
     def _drop_consumer(self) -> None:
         old, self._c = self._c, None
         if old is not None:
-            self.failover.drop(old)
+            self._failover.drop(old)
 
-    def _fail_over(self) -> None:
-        self.failover.leaving()
-        self.pos.leave_copy()
+    def _move_to_next_copy(self) -> None:
+        self._failover.leaving()
+        self._positions.leave_copy()
         self._drop_consumer()
         self._buf.clear()
-        if not self._connect(self.failover.after_current()):
+        if not self._connect(self._failover.after_current()):
             log.warning("no copy of the stream answers; retrying")
-            self.failover.none_answers()
+            self._failover.none_answers()
         else:
             log.warning("now reading %s", self.current)
 
@@ -203,10 +203,10 @@ class StreamConsumer:
         if self._closed:
             raise StreamreplError("the consumer is closed")
         if self._c is None:
-            if self.failover.wait_before_retry(timeout):
+            if self._failover.wait_before_retry(timeout):
                 return
-            if not self._connect(self.failover.after_current()):
-                self.failover.none_answers()
+            if not self._connect(self._failover.after_current()):
+                self._failover.none_answers()
                 return
         assert self._c is not None
         msgs = self._c.consume(self.batch, timeout=max(0.0, timeout))
@@ -221,12 +221,12 @@ class StreamConsumer:
             elif err.fatal():
                 raise KafkaException(err)
             else:
-                self.failover.on_error(err)
+                self._failover.on_error(err)
                 log.warning("%s: %s", self.current, err.str())
         if got:
-            self.failover.answered()
-        elif self.failover.silent_too_long(self._c, next(iter(self._kt), None)):
-            self._fail_over()
+            self._failover.answered()
+        elif self._failover.silent_too_long(self._c, next(iter(self._kt), None)):
+            self._move_to_next_copy()
 
     def _deliver(self, m: Message) -> StreamRecord | None:
         kt = cast(str, m.topic())
@@ -235,7 +235,7 @@ class StreamConsumer:
             return None  # revoked meanwhile
         headers = m.headers()
         ts_type, ts = m.timestamp()
-        if not self.pos.deliverable((topic, p), o, ts, policy.is_filler(headers)):
+        if not self._positions.deliverable((topic, p), o, ts, policy.is_filler(headers)):
             return None
         return StreamRecord(
             topic=topic,
@@ -246,7 +246,7 @@ class StreamConsumer:
             headers=policy.user_headers(headers),
             timestamp=ts,
             timestamp_type=ts_type,
-            stream=str(self.failover.copy.r.path),
+            stream=str(self._failover.copy.r.path),
         )
 
     def consume(self, num: int = 500, timeout: float = 1.0) -> list[StreamRecord]:
@@ -281,8 +281,8 @@ class StreamConsumer:
         """
         if self.group is None or self._c is None:
             return False
-        r = self.failover.copy.r
-        todo = self.pos.to_commit()
+        r = self._failover.copy.r
+        todo = self._positions.to_commit()
         if not todo:
             return True
         tps = [TopicPartition(kafka_topic_name(r.path, t), p, off) for (t, p), off in todo.items()]
@@ -299,20 +299,20 @@ class StreamConsumer:
             if m is not None and m.error() is None:
                 self._buf.append(m)
         if not self._commits_done:
-            self.failover.suspect()
+            self._failover.suspect()
             log.warning("commit on %s was not confirmed within %.0f s", r.path, self.commit_timeout)
             return False
         err = self._commits_done[-1]
         if err is not None:
             log.warning("commit on %s failed: %s", r.path, err.str())
             return False
-        self.pos.commit_done(todo)
-        self.failover.answered()
+        self._positions.commit_done(todo)
+        self._failover.answered()
         return True
 
     def positions(self) -> dict[tuple[str, int], int]:
         """(topic, partition) -> the offset after the last record delivered (fillers included)."""
-        return dict(self.pos.delivered)
+        return dict(self._positions.delivered)
 
     # -- closing ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -320,7 +320,7 @@ class StreamConsumer:
             return
         self._closed = True
         self._drop_consumer()
-        self.failover.join()
+        self._failover.join()
 
     def __enter__(self) -> StreamConsumer:
         return self

@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -332,8 +333,6 @@ def consume(
     streamrepl consume -path /sanfrancisco/activity:clicks -group billing -failover /newyork/activity
     streamrepl consume -path /sanfrancisco/activity:clicks -offset -10 -count 10 -json
     """
-    import time
-
     from ..client import StreamConsumer
 
     stream, topic = _split_path(path)
