@@ -13,7 +13,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from streamrepl import broker, policy, registry, streams, topics
 from streamrepl.client import StreamConsumer, StreamProducer
-from streamrepl.cursors import sync_committed_offsets
+from streamrepl.cursors.replicator import sync_committed_offsets
 from streamrepl.errors import InvalidArgument, NotFound
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name

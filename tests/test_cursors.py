@@ -11,8 +11,10 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from support import Run, run_proc
 
-from streamrepl import broker, cursors, registry, streams, topics
-from streamrepl.cursors import CursorReplicator, sync_committed_offsets
+from streamrepl import broker, registry, streams, topics
+from streamrepl.cursors import CursorReplicator, groups, operations
+from streamrepl.cursors.replicator import sync_committed_offsets
+from streamrepl.errors import StreamreplError
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
 
@@ -141,7 +143,7 @@ def test_cursor_list_counts_lag_from_the_real_end(ec: EphemeralClusters, reg: re
 
     text = cli(ec, "stream", "cursor", "list", "-path", path, "-consumergroup", "billing")
     lines = text.stdout.splitlines()
-    assert lines[0].split("\t") == list(cursors.CURSOR_COLUMNS)
+    assert lines[0].split("\t") == list(operations.CURSOR_COLUMNS)
     assert lines[1].split("\t") == ["billing", "clicks", "0", "19", "5", "15000", "15"]
 
 
@@ -273,10 +275,10 @@ def test_no_admin_request_is_left_pending_when_a_broker_stops_answering() -> Non
         def describe_consumer_groups(self, groups: list[str], request_timeout: float) -> dict[str, Any]:
             return {g: futures[g] for g in groups}
 
-    with pytest.raises(cursors.StreamreplError, match="does not answer"):
-        cursors.committed_offsets(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
+    with pytest.raises(StreamreplError, match="does not answer"):
+        groups.committed_offsets(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
     assert all(f.done() for f in futures.values())
     futures.update({"g1": _SlowFuture(0.0, error=down), "g2": _SlowFuture(0.5, error=down), "g3": _SlowFuture(0.3)})
-    with pytest.raises(cursors.StreamreplError, match="does not answer"):
-        cursors.describe_groups(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
+    with pytest.raises(StreamreplError, match="does not answer"):
+        groups.describe_groups(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
     assert all(f.done() for f in futures.values())

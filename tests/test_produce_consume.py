@@ -130,3 +130,73 @@ def test_usage_errors(ec: EphemeralClusters, stream: str) -> None:
     assert p.returncode != 0 and "-offset 'soon'" in p.stderr
     p = cli(ec, "consume", "-path", f"{stream}:nope", "-count", "1", "-json")
     assert p.returncode != 0 and json.loads(p.stdout)["status"] == "ERROR"
+
+
+def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode == 1, p.stderr + p.stdout
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ERROR ("), p.stderr
+    return lines[0]
+
+
+def test_a_failed_produce_says_what_it_wrote(ec: EphemeralClusters, stream: str) -> None:
+    """Records are written as they are read (stdin may never end), so a bad line cannot undo the
+    lines before it: the error says how many were written, and stdout lists them as a run that
+    succeeded would."""
+    lines = [json.dumps({"value": "a", "partition": 0}), json.dumps({"value": "b", "partition": 0}), "not json"]
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="\n".join(lines) + "\n")
+    err = one_line_error(p)
+    assert "line 3 is not JSON" in err and "2 records before it were written (partition 0: offsets 0-1)" in err
+    assert p.stdout.splitlines() == ["topic\tpartition\trecords\tfirstoffset\tlastoffset", "clicks\t0\t2\t0\t1"]
+
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-partition", "1", stdin="ok\n" + "x" * 1_100_000 + "\n")
+    err = one_line_error(p)
+    assert "line 2" in err and "too large" in err and "1 record before it was written (partition 1: offset 0)" in err
+    assert p.stdout.splitlines()[1:] == ["clicks\t1\t1\t0\t0"]
+
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-json", stdin="ok\n" + "x" * 1_100_000 + "\n")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["status"] == "ERROR" and "1 record before it was written" in p.stdout
+
+    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "2", "-json")))
+    assert sorted(r["value"] for r in got) == ["a", "b", "ok", "ok"]
+
+
+BAD_PRODUCE = [
+    (["-partition", "-1"], "x\n", "-partition -1 is negative"),
+    (["-timeout", "-1"], "x\n", "-timeout -1"),
+    (["-timeout", "nan"], "x\n", "-timeout nan"),
+    (["-format", "json", "-key", "k"], '{"value":"v"}\n', "-key"),
+    (["-format", "json"], '{"value":"v","timestamp":-5}\n', "line 1: 'timestamp' -5"),
+    (["-format", "json"], '{"value":"v","timestamp":1e30}\n', "line 1: 'timestamp' 1e+30"),
+    (["-format", "json"], '{"value":"v","timestamp":"soon"}\n', "line 1: 'timestamp'"),
+    (["-format", "json"], '{"value":"v","partition":-1}\n', "line 1: 'partition' -1"),
+]
+
+
+def test_bad_produce_options_and_fields_are_one_line_errors_before_anything_is_written(
+    ec: EphemeralClusters, stream: str
+) -> None:
+    for args, stdin, message in BAD_PRODUCE:
+        p = cli(ec, "produce", "-path", f"{stream}:clicks", *args, stdin=stdin)
+        assert message in one_line_error(p), (args, stdin)
+        assert p.stdout == "", (args, stdin)
+    got = cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "1", "-json")
+    assert records(ok(got)) == []
+
+
+def test_bad_consume_options_are_one_line_errors_before_anything_is_read(ec: EphemeralClusters, stream: str) -> None:
+    ok(cli(ec, "produce", "-path", f"{stream}:clicks", stdin="a\n"))
+    cases = [
+        (["-failoverafter", "-1"], "-failoverafter -1"),
+        (["-failoverafter", "nan"], "-failoverafter nan"),
+        (["-failover", stream], f"-failover {stream} is the stream being read"),
+        (["-failover", "/newyork/nosuch"], "stream /newyork/nosuch does not exist"),
+        (["-timestamp", "-100"], "-timestamp -100 is negative"),
+        (["-group", ""], "-group is empty"),
+        (["-timeout", "-1"], "-timeout -1"),
+    ]
+    for args, message in cases:
+        p = cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "2", *args)
+        assert message in one_line_error(p), args
+        assert p.stdout == "", args

@@ -37,10 +37,10 @@ def cursor_list_cmd(path: str, consumergroup: str | None, topic: str | None, par
     consumerlagmillis  timestamp of the newest record minus that of the last record consumed
     lag                records between the committed offset and the end of the partition
     """
-    from .. import cursors
+    from ..cursors import operations
 
-    rows = cursors.list_cursors(app().registry, require(path, "path"), consumergroup, topic, partition)
-    output(rows, cursors.CURSOR_COLUMNS)
+    rows = operations.list_cursors(app().registry, require(path, "path"), consumergroup, topic, partition)
+    output(rows, operations.CURSOR_COLUMNS)
 
 
 @cursor.command("delete", context_settings=CONTEXT_SETTINGS)
@@ -52,9 +52,9 @@ def cursor_delete_cmd(path: str, consumergroup: str | None, topic: str | None, p
     The groups concerned must have no active consumer. A group whose cursors are deleted
     starts reading those partitions from its auto.offset.reset position next time.
     """
-    from .. import cursors
+    from ..cursors import operations
 
-    cursors.delete_cursors(app().registry, require(path, "path"), consumergroup, topic, partition)
+    operations.delete_cursors(app().registry, require(path, "path"), consumergroup, topic, partition)
     output([])
 
 
@@ -70,7 +70,7 @@ def assign_list_cmd(
     Brokers that do not report assignments (Tansu) show members with an empty topic and
     partition; they are listed when their group has committed cursors in the stream.
     """
-    from .. import cursors
+    from ..cursors import operations
 
-    rows = cursors.list_assignments(app().registry, require(path, "path"), consumergroup, topic, partition)
-    output(rows, cursors.ASSIGN_COLUMNS)
+    rows = operations.list_assignments(app().registry, require(path, "path"), consumergroup, topic, partition)
+    output(rows, operations.ASSIGN_COLUMNS)

@@ -3,24 +3,48 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
+import math
 import sys
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NotFound, StreamreplError
+from ..paths import split_topic
 from .common import app, handles_errors, opt, output, require
+
+if TYPE_CHECKING:
+    from ..client import Delivery
+    from ..registry import Registry
 
 #: How long `consume -timeout` waits at most for a consumer group to hand out partitions.
 JOIN_WAIT = 30.0
 
 
-def _split_path(path: str) -> tuple[str, str | None]:
-    from ..paths import split_topic
+#: Kafka timestamps are 64-bit signed milliseconds.
+MAX_TIMESTAMP = 2**63 - 1
 
+
+def _split_path(path: str) -> tuple[str, str | None]:
     return split_topic(require(path, "path"))
+
+
+def _check_seconds(value: float | None, option: str, above_zero: bool = False) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (above_zero and value == 0):
+        raise InvalidArgument(
+            f"-{option} {value:g} must be a number of seconds, {'above 0' if above_zero else '0 or more'}"
+        )
+
+
+def _check_partition(value: int | None) -> None:
+    if value is not None and value < 0:
+        raise InvalidArgument(f"-partition {value} is negative; partitions are numbered from 0")
 
 
 def _header_pairs(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
@@ -49,6 +73,54 @@ def _json_bytes(v: Any, line: int) -> bytes | None:
     if isinstance(v, str):
         return v.encode()
     return json.dumps(v, separators=(",", ":")).encode()
+
+
+def _json_whole(obj: dict[str, Any], name: str, line: int, what: str, maximum: int) -> int | None:
+    """A field that must be a whole number from 0 to `maximum` (JSON has no integers apart from floats)."""
+    v = obj.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (0 <= v <= maximum) or v != int(v):
+        raise InvalidArgument(f"line {line}: '{name}' {json.dumps(v)} must be {what}")
+    return int(v)
+
+
+def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
+    """The keyword arguments of StreamProducer.produce for one line of -format json."""
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        raise InvalidArgument(f"line {n} is not JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise InvalidArgument(f"line {n}: expected a JSON object with 'value' (and key, headers, ...)")
+    unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
+    if unknown:
+        raise InvalidArgument(f"line {n}: unknown field '{sorted(unknown)[0]}'")
+    k = obj.get("key")
+    given = _json_whole(obj, "partition", n, "a partition number, 0 or more", 2**31 - 1)
+    return {
+        "value": _json_bytes(obj.get("value"), n),
+        "key": _json_bytes(k, n) if k is not None else None,
+        "headers": base_headers + _json_headers(obj.get("headers"), n),
+        "partition": given if given is not None else partition,
+        "timestamp": _json_whole(
+            obj, "timestamp", n, f"milliseconds since the epoch, 0 to {MAX_TIMESTAMP}", MAX_TIMESTAMP
+        ),
+    }
+
+
+def _written(results: list[Delivery]) -> str:
+    """`2 records before it were written (partition 0: offsets 0-1)`, for an error that stopped produce."""
+    done = [d for d in results if d.error is None]
+    if not done:
+        return "nothing was written"
+    spans = []
+    for part in sorted({d.partition for d in done}):
+        offs = [d.offset for d in done if d.partition == part]
+        lo, hi = min(offs), max(offs)
+        spans.append(f"partition {part}: offset {lo}" if lo == hi else f"partition {part}: offsets {lo}-{hi}")
+    n = len(done)
+    return f"{n} record{'s' if n > 1 else ''} before it {'were' if n > 1 else 'was'} written ({', '.join(spans)})"
 
 
 @click.command("produce", context_settings=CONTEXT_SETTINGS)
@@ -87,11 +159,17 @@ def produce(
     printf 'a\\nb\\n' | streamrepl produce -path /sanfrancisco/activity:clicks -key user-1
     echo '{"key":"k","value":"v","headers":{"h":"1"}}' | streamrepl produce -path /s:t -format json
     """
-    from ..client import Delivery, StreamProducer
+    from confluent_kafka import KafkaException
+
+    from ..client import StreamProducer
 
     stream, topic = _split_path(path)
     if not topic:
         raise InvalidArgument(f"-path {path} names no topic; write it as <stream path>:<topic>")
+    _check_partition(partition)
+    _check_seconds(timeout, "timeout")
+    if fmt == "json" and key is not None:
+        raise InvalidArgument("-key is for -format lines; with -format json give each record its key in 'key'")
     base_headers = _header_pairs(header)
     results: list[Delivery] = []
     errors: list[str] = []
@@ -103,33 +181,25 @@ def produce(
 
     p = StreamProducer(f"{stream}:{topic}", app().registry)
     count = 0
+    # Records are written as they are read (stdin need not end), so a bad line cannot take back the
+    # lines before it: reading stops there, and the error says what was written.
+    stopped: StreamreplError | None = None
     try:
         for n, raw in enumerate(sys.stdin.buffer, start=1):
             line = raw[:-1] if raw.endswith(b"\n") else raw
-            if fmt == "lines":
-                p.produce(topic, line, key=key, headers=base_headers, partition=partition, on_delivery=done)
-            else:
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError as e:
-                    raise InvalidArgument(f"line {n} is not JSON ({e})") from None
-                if not isinstance(obj, dict):
-                    raise InvalidArgument(f"line {n}: expected a JSON object with 'value' (and key, headers, ...)")
-                unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
-                if unknown:
-                    raise InvalidArgument(f"line {n}: unknown field '{sorted(unknown)[0]}'")
-                k = obj.get("key", key)
-                p.produce(
-                    topic,
-                    _json_bytes(obj.get("value"), n),
-                    key=_json_bytes(k, n) if k is not None else None,
-                    headers=base_headers + _json_headers(obj.get("headers"), n),
-                    partition=obj.get("partition", partition),
-                    timestamp=obj.get("timestamp"),
-                    on_delivery=done,
-                )
+            if fmt == "json" and not line.strip():
+                continue
+            try:
+                if fmt == "lines":
+                    p.produce(topic, line, key=key, headers=base_headers, partition=partition, on_delivery=done)
+                else:
+                    p.produce(topic, **_json_record(line, n, base_headers, partition), on_delivery=done)
+            except StreamreplError as e:
+                stopped = StreamreplError(_at_line(e.message, n), e.code)
+                break
+            except KafkaException as e:
+                stopped = StreamreplError(_at_line(e.args[0].str() if e.args else str(e), n), errno.EIO)
+                break
             count += 1
             if count % 10000 == 0:
                 p.poll(0)
@@ -139,10 +209,13 @@ def produce(
     if p.stats["fallbacks"]:
         sys.stderr.write(f"warning: synchronous replication fell back to asynchronous {p.stats['fallbacks']} time(s)\n")
     if errors or left:
-        from ..errors import StreamreplError
-
         why = errors[0] if errors else f"{left} records were not acknowledged within {timeout:g} s"
-        raise StreamreplError(f"{len(errors) + left} of {count} records were not written: {why}")
+        after = f"; reading stopped at {stopped.message}" if stopped else ""
+        raise StreamreplError(f"{len(errors) + left} of {count} records were not written: {why}{after}")
+    if stopped is not None:
+        if results and not app().mode.json:
+            _summary(topic, results)
+        raise StreamreplError(f"{stopped.message}; {_written(results)}", stopped.code)
     if app().mode.json:
         output(
             [
@@ -151,6 +224,15 @@ def produce(
             ]
         )
         return
+    _summary(topic, results)
+
+
+def _at_line(message: str, n: int) -> str:
+    return message if message.startswith(f"line {n}") else f"line {n}: {message}"
+
+
+def _summary(topic: str, results: list[Delivery]) -> None:
+    """One row per partition written: how many records, first and last offset."""
     rows: dict[int, dict[str, Any]] = {}
     for d in results:
         row = rows.setdefault(
@@ -251,13 +333,19 @@ def consume(
     streamrepl consume -path /sanfrancisco/activity:clicks -group billing -failover /newyork/activity
     streamrepl consume -path /sanfrancisco/activity:clicks -offset -10 -count 10 -json
     """
-    import time
-
     from ..client import StreamConsumer
 
     stream, topic = _split_path(path)
     if count is not None and count < 0:
         raise InvalidArgument(f"-count {count} is negative")
+    if group is not None and not group:
+        raise InvalidArgument("-group is empty; name a consumer group, or leave -group out to read without one")
+    if timestamp is not None and timestamp < 0:
+        raise InvalidArgument(f"-timestamp {timestamp} is negative; give milliseconds since the epoch")
+    for n in partition:
+        _check_partition(n)
+    _check_seconds(timeout, "timeout")
+    _check_seconds(failoverafter, "failoverafter", above_zero=True)
     if offset is not None and offset not in ("earliest", "latest"):
         try:
             int(offset)
@@ -265,6 +353,7 @@ def consume(
             raise InvalidArgument(f"-offset '{offset}' must be earliest, latest or an offset number") from None
     if offset is not None and timestamp is not None:
         raise InvalidArgument("give -offset or -timestamp, not both")
+    _check_failover(app().registry, stream, failover)
     copies = [f"{stream}:{topic}" if topic else stream] + [f"{f}:{topic}" if topic else f for f in failover]
     as_json = app().mode.json
     c = StreamConsumer(
@@ -308,3 +397,22 @@ def consume(
                 c.commit()
     finally:
         c.close()
+
+
+def _check_failover(reg: Registry, stream: str, failover: tuple[str, ...]) -> None:
+    """Each -failover names another stream, and one that exists where its cluster answers (a copy on a
+    cluster that is down now is checked when the consumer gets to it)."""
+    from .. import broker
+    from ..streams import load, resolve
+
+    seen = {str(resolve(reg, stream).path): "the stream being read"}
+    for text in failover:
+        r = resolve(reg, text)
+        if str(r.path) in seen:
+            raise InvalidArgument(f"-failover {text} is {seen[str(r.path)]}; name another copy of it")
+        seen[str(r.path)] = "given twice"
+        if broker.ping(r.cluster, timeout=2.0):
+            try:
+                load(reg, text)
+            except NotFound as e:
+                raise NotFound(f"-failover {text}: {e.message}") from None

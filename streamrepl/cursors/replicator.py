@@ -1,0 +1,181 @@
+"""Cursor replication (contract point 6).
+
+`CursorReplicator` carries the committed offsets of every consumer group reading a source
+stream to a replica stream: offsets are preserved between copies, so an offset means the
+same record on both sides. It never moves a group's offset backwards, never touches a
+group that is active on the destination cluster, and never points a cursor past what the
+destination partition holds (it commits min(source offset, destination real end)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from .. import broker
+from ..errors import StreamreplError
+from ..paths import StreamPath, from_kafka_topic_name, kafka_topic_name
+from ..registry import Cluster
+from .groups import committed_offsets, describe_groups, is_transport_error, list_groups, offset_entry
+
+
+class CursorReplicator:
+    """Carries committed offsets of consumer groups from a source stream to a replica stream.
+
+    Holds its admin clients and a reader, so `run_once()` can be called every few seconds:
+    a run costs one ListGroups and one OffsetFetch per group on each side, one DescribeGroups
+    on the destination for the groups that need a change, and a read of a destination
+    partition's end only where a source offset lies beyond its reported high watermark.
+    """
+
+    def __init__(
+        self,
+        src_cluster: Cluster,
+        dst_cluster: Cluster,
+        src_stream: StreamPath,
+        dst_stream: StreamPath,
+        *,
+        admin: Callable[[Cluster], AdminClient] = broker.admin,
+        reader: Callable[[Cluster], Consumer] = broker.consumer,
+    ):
+        """`admin` and `reader` build the clients (fakes in unit tests); an admin is built again after an error."""
+        self.src_cluster = src_cluster
+        self.dst_cluster = dst_cluster
+        self.src_stream = src_stream
+        self.dst_stream = dst_stream
+        self._new_admin = admin
+        self._new_reader = reader
+        self._src_admin = admin(src_cluster)
+        self._dst_admin = admin(dst_cluster)
+        self._reader: Consumer | None = None
+
+    def _dst_reader(self) -> Consumer:
+        if self._reader is None:
+            self._reader = self._new_reader(self.dst_cluster)
+        return self._reader
+
+    def _source_topic(self, kafka_topic: str, topics: set[str] | None) -> str | None:
+        tp = from_kafka_topic_name(self.src_stream.cluster, kafka_topic)
+        if tp is None or tp.stream.path != self.src_stream.path:
+            return None
+        if topics is not None and tp.topic not in topics:
+            return None
+        return tp.topic
+
+    def _dst_end(self, kt: str, p: int, needed: int) -> int:
+        """The destination's end, read for real only when the reported high watermark is below `needed`."""
+        c = self._dst_reader()
+        tp = TopicPartition(kt, p)
+        try:
+            _, high = c.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
+        except KafkaException:
+            return -1  # topic or partition not replicated yet
+        if high >= needed:
+            return int(high)
+        try:
+            return broker.true_end(c, tp)
+        except (KafkaException, TimeoutError):
+            return int(high)
+
+    def run_once(self, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Copy what moved since the last run; returns one dict per destination offset changed.
+
+        `topics` limits the work to these stream topics (default: every topic of the stream).
+        Each dict has group, topic, partition, source (the source offset), previous (the
+        destination offset before, -1 when none) and offset (what was committed; below
+        source when the destination does not hold the records up to source yet).
+        """
+        try:
+            return self._run(set(topics) if topics is not None else None)
+        except StreamreplError:
+            # Unreachable, or a client wedged by a dropped connection: start the next run afresh.
+            self._src_admin = self._new_admin(self.src_cluster)
+            self._dst_admin = self._new_admin(self.dst_cluster)
+            raise
+
+    def _run(self, wanted: set[str] | None) -> list[dict[str, Any]]:
+        src_groups = list_groups(self.src_cluster, self._src_admin)
+        src = committed_offsets(
+            self.src_cluster,
+            self._src_admin,
+            src_groups,
+            lambda kt: self._source_topic(kt, wanted) is not None,
+        )
+        # group -> {(dst Kafka topic, partition): (source offset, metadata, stream topic)}
+        plan: dict[str, dict[tuple[str, int], tuple[int, str | None, str]]] = {}
+        for g, (offs, meta) in src.items():
+            for (kt, p), off in offs.items():
+                t = self._source_topic(kt, wanted)
+                if t is not None:
+                    plan.setdefault(g, {})[(kafka_topic_name(self.dst_stream, t), p)] = (off, meta.get((kt, p)), t)
+        if not plan:
+            return []
+        dst = committed_offsets(self.dst_cluster, self._dst_admin, sorted(plan))
+        # group -> [(dst Kafka topic, partition, source offset, destination offset, metadata, stream topic)]
+        moves: dict[str, list[tuple[str, int, int, int, str | None, str]]] = {}
+        for g, cells in plan.items():
+            current = dst.get(g, ({}, {}))[0]
+            for (kt, p), (off, md, t) in cells.items():
+                before = current.get((kt, p), -1)
+                if off > before:
+                    moves.setdefault(g, []).append((kt, p, off, before, md, t))
+        if not moves:
+            return []
+        info = describe_groups(self.dst_cluster, self._dst_admin, sorted(moves))
+        changed: list[dict[str, Any]] = []
+        for g, todo in sorted(moves.items()):
+            gi = info.get(g)
+            if gi is not None and gi.active:
+                continue  # consumed on the destination: its own commits win
+            tps = []
+            rows = []
+            for kt, p, off, before, md, t in todo:
+                end = self._dst_end(kt, p, off)
+                target = min(off, end)
+                if target <= before or target < 0:
+                    continue
+                tps.append(offset_entry(kt, p, target, md))
+                rows.append(
+                    {"group": g, "topic": t, "partition": p, "source": off, "previous": before, "offset": target}
+                )
+            if not tps:
+                continue
+            try:
+                res = self._dst_admin.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(g, tps)], request_timeout=broker.REQUEST_TIMEOUT
+                )[g].result()
+            except KafkaException as e:
+                if is_transport_error(e):
+                    self._dst_admin = self._new_admin(self.dst_cluster)  # see operations._delete_group
+                continue  # the group became active, or the broker is busy: next run
+            ok = {(tp.topic, tp.partition) for tp in res.topic_partitions or [] if tp.error is None}
+            for row, tp in zip(rows, tps, strict=True):
+                if (tp.topic, tp.partition) in ok:
+                    changed.append(row)
+        return changed
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> CursorReplicator:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+def sync_committed_offsets(
+    src_cluster: Cluster,
+    dst_cluster: Cluster,
+    src_stream: StreamPath,
+    dst_stream: StreamPath,
+    topics: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """One pass of cursor replication from `src_stream` to `dst_stream` (see CursorReplicator.run_once)."""
+    with CursorReplicator(src_cluster, dst_cluster, src_stream, dst_stream) as r:
+        return r.run_once(topics)
