@@ -132,7 +132,7 @@ def test_usage_errors(ec: EphemeralClusters, stream: str) -> None:
     assert p.returncode != 0 and json.loads(p.stdout)["status"] == "ERROR"
 
 
-def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(p: Run) -> str:
     assert p.returncode == 1, p.stderr + p.stdout
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ERROR ("), p.stderr
