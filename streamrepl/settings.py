@@ -103,6 +103,9 @@ NUMBERS = (GATEWAY_SESSION_MS, GATEWAY_MESSAGE_TIMEOUT_MS, GATEWAY_LINGER_MS, TH
 CLUSTERS = "STREAMREPL_CLUSTERS"
 IDENTITY = "STREAMREPL_IDENTITY"
 LOCAL_DIR = "STREAMREPL_LOCAL_DIR"
+LOCAL_BROKER = "STREAMREPL_LOCAL_BROKER"
+#: The broker programs `local up` can start (streamrepl.local_brokers has one class for each).
+LOCAL_BROKERS = ("tansu", "noida")
 DEBUG = "STREAMREPL_DEBUG"
 KEEP_SPARK_LOG = "STREAMREPL_KEEP_SPARK_LOG"
 
@@ -155,6 +158,16 @@ def local_dir() -> Path | None:
     """$STREAMREPL_LOCAL_DIR: the state directory of `local up`, when set."""
     raw = _text(LOCAL_DIR)
     return Path(raw).expanduser() if raw else None
+
+
+def local_broker() -> str:
+    """$STREAMREPL_LOCAL_BROKER: which broker `local up` starts when not told (tansu or noida; default tansu)."""
+    raw = _text(LOCAL_BROKER)
+    if raw is None:
+        return LOCAL_BROKERS[0]
+    if raw.strip() not in LOCAL_BROKERS:
+        raise InvalidArgument(f"{LOCAL_BROKER}={_shown(raw)} is not a broker; use {' or '.join(LOCAL_BROKERS)}")
+    return raw.strip()
 
 
 def identity() -> str:

@@ -190,5 +190,5 @@ def test_broker_that_fails_to_start_reports_its_log(
     fake.chmod(0o755)
     monkeypatch.setenv("CALF_TANSU_BIN", str(fake))
     with pytest.raises(Unreachable, match="address already in use"):
-        local.up(["alpha"], state_dir)
+        local.up(["alpha"], state_dir, broker="tansu")
     assert local.status(state_dir) == []

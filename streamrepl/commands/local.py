@@ -13,7 +13,7 @@ from .common import handles_errors, opt, output
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 def local() -> None:
-    """Start, inspect and stop embedded Kafka-compatible clusters (Tansu brokers on loopback)."""
+    """Start, inspect and stop embedded Kafka-compatible clusters (Tansu or noida-db brokers on loopback)."""
 
 
 def _dir(d: str | None) -> Path:
@@ -39,22 +39,34 @@ def _dir(d: str | None) -> Path:
     metavar="DIR",
     help="State directory (default: $STREAMREPL_LOCAL_DIR or ~/.local/state/streamrepl/local).",
 )
+@opt(
+    "broker",
+    metavar="tansu|noida",
+    help="The broker to start: tansu (memory only) or noida (noida-db, keeps its data in DIR/data)."
+    " Default: $STREAMREPL_LOCAL_BROKER or tansu; a cluster recorded in DIR, or whose data DIR keeps,"
+    " comes back on its own broker.",
+)
 @handles_errors(registry_option=False)
-def up_cmd(clusters: str, dir: str | None) -> None:
+def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
     """Start one broker per cluster (or reuse the running ones) and write their registry."""
     from .. import local as embedded
 
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
-    brokers = embedded.up(names, _dir(dir))
+    brokers = embedded.up(names, _dir(dir), broker)
     reg = embedded.registry_path(_dir(dir))
-    output([{"cluster": b.cluster, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)} for b in brokers])
+    output(
+        [
+            {"cluster": b.cluster, "broker": b.broker, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
+            for b in brokers
+        ]
+    )
     click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
 
 
 #: maprcli prints the header of an empty answer too: scripts that read columns by name depend on it.
-STATUS_COLUMNS = ["cluster", "bootstrap", "pid", "running", "log"]
+STATUS_COLUMNS = ["cluster", "broker", "bootstrap", "pid", "running", "log"]
 
 
 @local.command("status", context_settings=CONTEXT_SETTINGS)
