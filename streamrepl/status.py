@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from . import kafka
+from . import kafka, topics
 from .metastore import MetaStore, Record
 from .paths import StreamPath, kafka_topic_name
 from .registry import Cluster, Registry
@@ -127,6 +127,10 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
             f"waiting for the replica to accept this upstream: run 'streamrepl stream upstream add"
             f" -path {entry['path']} -upstream {src.path}'"
         )
+    srec = topics.adopt_strays(src, srec)
+    unadopted = topics.strays(src, srec)
+    if unadopted:
+        row["lasterror"] = topics.unadopted_warning(src, unadopted)
     dst_cluster = reg.get(entry["cluster"])
     dst_path = StreamPath(entry["cluster"], entry["stream"])
     pairs = []
@@ -153,5 +157,5 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
         row["replicaState"] = "REPLICA_STATE_ERROR"
         row["lasterror"] = worst.get("error", "")
         row["errorPartitions"] = len(errors)
-    row["isUptodate"] = agreed and not errors and row["putsPending"] == 0
+    row["isUptodate"] = agreed and not errors and not unadopted and row["putsPending"] == 0
     return row

@@ -3,15 +3,55 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from . import kafka
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .metastore import Record
-from .paths import kafka_topic_name, validate_topic
+from .paths import from_kafka_topic_name, kafka_topic_name, validate_topic
 from .registry import Registry
 from .streams import TIMESTAMP_TYPES, Resolved, check_partitions, check_perm, kafka_configs, load
+
+
+# -- topics made by plain Kafka clients ---------------------------------------------------------
+def strays(r: Resolved, rec: Record, present: dict[str, int] | None = None) -> dict[str, int]:
+    """Kafka topics under the stream's prefix that its metadata does not list, {topic: partitions}: made by a plain
+    Kafka client writing to a new name (the broker creates it) or by a Kafka tool."""
+    present = kafka.topics(r.cluster) if present is None else present
+    found = {}
+    for kt, n in present.items():
+        named = from_kafka_topic_name(r.cluster.name, kt)
+        if named is not None and named.stream == r.path and named.topic not in rec.get("topics", {}):
+            found[named.topic] = n
+    return found
+
+
+def adopt_strays(r: Resolved, rec: Record, present: dict[str, int] | None = None) -> Record:
+    """The stream's record with its stray topics adopted when it has `autocreate true` (every topic of a stream
+    is the stream's, and replicated); with `autocreate false` they are left out, for `unadopted_warning` to report."""
+    found = strays(r, rec, present) if rec.get("autocreate", True) else {}
+    if not found:
+        return rec
+
+    def add(current: Record | None) -> Record:
+        if current is None:
+            raise NotFound(f"stream {r.path} was deleted meanwhile")
+        for topic, n in found.items():
+            current["topics"].setdefault(topic, {"partitions": n, "timestamptype": "createtime", "adopted": True})
+        return current
+
+    out = r.store.update(r.path.path, add)
+    return out if out is not None else rec
+
+
+def unadopted_warning(r: Resolved, found: dict[str, int]) -> str:
+    names = ", ".join(sorted(found))
+    return (
+        f"Kafka topics under stream {r.path} that are not part of it (autocreate false), so not replicated: {names};"
+        f" adopt each with 'streamrepl stream topic create -path {r.path} -topic NAME', or delete it"
+    )
 
 
 def _require_topic(r: Resolved, rec: Record, topic: str) -> dict[str, Any]:
@@ -34,7 +74,14 @@ def create(
     if topic in rec.get("topics", {}):
         raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
     name = kafka_topic_name(r.path, topic)
-    kafka.create_topics(r.cluster, [(name, n, kafka_configs(rec, tstype))])
+    existing = kafka.topics(r.cluster).get(name)
+    if existing is not None:
+        # Made by a plain Kafka client or tool: this adopts it, with the partitions it has (and more if asked).
+        if partitions is not None and n > existing:
+            kafka.add_partitions(r.cluster, name, n)
+        n = max(n, existing) if partitions is not None else existing
+    else:
+        kafka.create_topics(r.cluster, [(name, n, kafka_configs(rec, tstype))])
 
     def add(current: Record | None) -> Record:
         if current is None:
@@ -47,6 +94,8 @@ def create(
     try:
         r.store.update(r.path.path, add)
     except Exception:
+        if existing is not None:
+            raise  # not ours to delete
         # Nothing half-made; best effort, so that the user hears why the update failed
         # (a stream deleted meanwhile takes its Kafka topics with it).
         with contextlib.suppress(StreamreplError):
@@ -139,8 +188,11 @@ def _committed_by_group(r: Resolved, kafka_topics: set[str]) -> dict[str, dict[t
     return {g: offsets for g, (offsets, _) in found.items() if offsets}
 
 
-def list_topics(reg: Registry, path: str) -> list[dict[str, Any]]:
+def list_topics(reg: Registry, path: str, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
+    rec = adopt_strays(r, rec)
+    if warn is not None and (found := strays(r, rec)):
+        warn(unadopted_warning(r, found))
     names = {t: kafka_topic_name(r.path, t) for t in rec.get("topics", {})}
     ends = kafka.topic_ends(r.cluster, names.values())
     groups = _committed_by_group(r, set(names.values()))
@@ -170,6 +222,8 @@ def _iso(ms: int | None) -> str | None:
 
 def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
+    if topic not in rec.get("topics", {}):
+        rec = adopt_strays(r, rec)
     meta = _require_topic(r, rec, topic)
     kt = kafka_topic_name(r.path, topic)
     present = kafka.topics(r.cluster)

@@ -72,4 +72,6 @@ def list_cmd(path: str) -> None:
     """List the topics of a stream."""
     from .. import topics
 
-    output(topics.list_topics(app().registry, require(path, "path")))
+    output(
+        topics.list_topics(app().registry, require(path, "path"), warn=lambda m: click.echo(f"warning: {m}", err=True))
+    )
