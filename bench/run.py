@@ -83,16 +83,16 @@ def fill(bootstrap: str, topic: str, n: int, value: bytes = VALUE) -> float:
 
 
 def count(bootstrap_cluster: object, topic: str, c: Consumer | None = None) -> int:
-    from streamrepl import broker
+    from streamrepl import kafka
 
     own = c is None
-    c = c or broker.consumer(bootstrap_cluster)  # type: ignore[arg-type]
+    c = c or kafka.consumer(bootstrap_cluster)  # type: ignore[arg-type]
     try:
         try:
             md = c.list_topics(topic, timeout=10).topics[topic]
             if md.error is not None or not md.partitions:
                 return 0  # the replica's topic is created by the gateway when it starts applying
-            ends = broker.true_ends(c, [TopicPartition(topic, p) for p in sorted(md.partitions)])
+            ends = kafka.true_ends(c, [TopicPartition(topic, p) for p in sorted(md.partitions)])
         except KafkaException as e:  # the replica's topic may not exist yet
             log(f"counting {topic}: {e}")
             return 0
@@ -160,9 +160,9 @@ def rss_peak(pid: int) -> float | None:
 
 
 def latency(src: str, dst_cluster: object, src_topic: str, dst_topic: str, rate: int, seconds: float) -> dict:
-    from streamrepl import broker
+    from streamrepl import kafka
 
-    c = broker.consumer(dst_cluster, **{"enable.partition.eof": False, "fetch.wait.max.ms": 5})  # type: ignore[arg-type]
+    c = kafka.consumer(dst_cluster, **{"enable.partition.eof": False, "fetch.wait.max.ms": 5})  # type: ignore[arg-type]
     c.assign([TopicPartition(dst_topic, i, 0) for i in range(PARTITIONS)])
     lat: list[float] = []
     stop = threading.Event()
@@ -317,7 +317,7 @@ def gateway_throughput(
 ) -> dict:
     """n records preloaded on the source; `gateways` gateway processes; timed from `replica resume` until the
     replica holds all n, and from its first record to its last (the steady rate, start-up excluded)."""
-    from streamrepl import broker
+    from streamrepl import kafka
 
     name = f"g{len(value)}x{gateways}"
     src, dst = new_link(name, ["t"], paused=True)
@@ -340,7 +340,7 @@ def gateway_throughput(
             )
         cli("stream", "replica", "resume", "-path", src, "-replica", dst)
         t0 = time.perf_counter()
-        c = broker.consumer(dst_cluster)  # type: ignore[arg-type]
+        c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
         got, first = 0, None
         while time.perf_counter() - t0 < timeout:
             got = count(dst_cluster, f"sr.{name}.t", c)
@@ -395,9 +395,9 @@ def owners(unit_prefix: str) -> dict[str, list[str]]:
 
 
 def read_partition(cluster: object, topic: str, partition: int, end: int) -> list[tuple]:
-    from streamrepl import broker
+    from streamrepl import kafka
 
-    c = broker.consumer(cluster, **{"enable.partition.eof": True})  # type: ignore[arg-type]
+    c = kafka.consumer(cluster, **{"enable.partition.eof": True})  # type: ignore[arg-type]
     c.assign([TopicPartition(topic, partition, 0)])
     out: list[tuple] = []
     deadline = time.monotonic() + 60
@@ -435,7 +435,7 @@ def join_wait(bootstrap: str, session_ms: int) -> float:
 def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, rate: int) -> dict:
     """Two gateways under a steady produce; SIGKILL the one that owns partition 0; time from the kill to the
     next record applied to that partition (by the survivor); then every record compared, offset by offset."""
-    from streamrepl import broker
+    from streamrepl import kafka
 
     src, dst = new_link("fo", ["f"], paused=False)
     gws = {name: start_gateway(logdir, name) for name in ("fo-a", "fo-b")}
@@ -455,7 +455,7 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
 
     th = threading.Thread(target=producer, daemon=True)
     th.start()
-    c = broker.consumer(dst_cluster)  # type: ignore[arg-type]
+    c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
     tp = TopicPartition("sr.fo.f", 0)
     try:
         unit = f"{dst}:f[0]"
@@ -475,10 +475,10 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
         killed = time.perf_counter()
         victim.wait()
         time.sleep(0.2)  # what the victim had on the wire has landed by now
-        frozen = broker.true_end(c, tp)
+        frozen = kafka.true_end(c, tp)
         resumed = None
         while time.perf_counter() - killed < 90:
-            if broker.true_end(c, tp) > frozen:
+            if kafka.true_end(c, tp) > frozen:
                 resumed = time.perf_counter() - killed
                 break
             time.sleep(0.05)
@@ -488,10 +488,10 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
         th.join()
     # Nothing lost, nothing doubled: wait for the replica, then compare every record of every partition.
     tps = [TopicPartition("sr.fo.f", i) for i in range(PARTITIONS)]
-    src_c = broker.consumer(src_cluster)  # type: ignore[arg-type]
-    src_ends = broker.true_ends(src_c, tps)
+    src_c = kafka.consumer(src_cluster)  # type: ignore[arg-type]
+    src_ends = kafka.true_ends(src_c, tps)
     deadline = time.monotonic() + 120
-    while broker.true_ends(c, tps) != src_ends and time.monotonic() < deadline:
+    while kafka.true_ends(c, tps) != src_ends and time.monotonic() < deadline:
         time.sleep(0.5)
     c.close()
     src_c.close()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from streamrepl import broker, policy, registry, streams, topics
+from streamrepl import kafka, policy, registry, streams, topics
 from streamrepl.client import StreamConsumer, StreamProducer
 from streamrepl.cursors.replicator import sync_committed_offsets
 from streamrepl.errors import InvalidArgument, NotFound
@@ -46,7 +46,7 @@ def _produce_same(reg: registry.Registry, paths: list[str], records: list[tuple[
     """The same records, in the same order and partitions, on every copy: offsets match."""
     for path in paths:
         r = streams.resolve(reg, path)
-        p = Producer(broker.client_config(r.cluster, **{"linger.ms": 20}))
+        p = Producer(kafka.client_config(r.cluster, **{"linger.ms": 20}))
         kt = kafka_topic_name(r.path, "clicks")
         for i, (part, value) in enumerate(records):
             p.produce(kt, value=value, key=b"k%d" % i, partition=part, timestamp=1_700_000_000_000 + i)
@@ -133,7 +133,7 @@ def test_consumer_skips_fillers_and_strips_replication_headers(reg: registry.Reg
     sf, _ = pair
     r = streams.resolve(reg, sf)
     kt = kafka_topic_name(r.path, "clicks")
-    p = Producer(broker.client_config(r.cluster))
+    p = Producer(kafka.client_config(r.cluster))
     p.produce(kt, value=b"a", partition=0, headers=[("h", b"1"), (policy.ORIGIN, b"some-uuid")])
     p.produce(kt, partition=0, headers=policy.filler_headers("some-uuid"), timestamp=0)
     p.produce(kt, value=b"b", partition=0)
@@ -195,11 +195,11 @@ def test_synchronous_replica_acknowledges_only_replicated_records_and_falls_back
         return gw, t
 
     dst = streams.resolve(reg, ny)
-    reader = broker.consumer(dst.cluster)
+    reader = kafka.consumer(dst.cluster)
 
     def replica_end() -> int:
         try:
-            return broker.true_end(reader, TopicPartition(kafka_topic_name(dst.path, "orders"), 0), timeout=2)
+            return kafka.true_end(reader, TopicPartition(kafka_topic_name(dst.path, "orders"), 0), timeout=2)
         except Exception:  # noqa: BLE001 - not created yet
             return 0
 

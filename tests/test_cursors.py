@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from support import Run, run_proc
 
-from streamrepl import broker, registry, streams, topics
-from streamrepl.cursors import CursorReplicator, groups, operations
+from streamrepl import kafka, registry, streams, topics
+from streamrepl.cursors import CursorReplicator, operations
 from streamrepl.cursors.replicator import sync_committed_offsets
 from streamrepl.errors import StreamreplError
 from streamrepl.local import EphemeralClusters
@@ -58,7 +58,7 @@ def kt(reg: registry.Registry, path: str, topic: str = "clicks") -> str:
 def produce(reg: registry.Registry, path: str, partition: int, n: int, start: int = 0, batched: bool = False) -> None:
     """n records with timestamps T0 + offset*1000; one batch when `batched` (Tansu then under-reports its end)."""
     r = streams.resolve(reg, path)
-    p = Producer(broker.client_config(r.cluster, **{"linger.ms": 200 if batched else 0}))
+    p = Producer(kafka.client_config(r.cluster, **{"linger.ms": 200 if batched else 0}))
     for i in range(start, start + n):
         p.produce(kt(reg, path), value=b"v%d" % i, partition=partition, timestamp=T0 + i * 1000)
         if not batched:
@@ -67,14 +67,14 @@ def produce(reg: registry.Registry, path: str, partition: int, n: int, start: in
 
 
 def commit(reg: registry.Registry, cluster: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    admin = broker.admin(reg.get(cluster))
+    admin = kafka.admin_client(reg.get(cluster))
     tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
     res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(10)
     assert all(tp.error is None for tp in res.topic_partitions)
 
 
 def committed(reg: registry.Registry, cluster: str, group: str) -> dict[tuple[str, int], int]:
-    admin = broker.admin(reg.get(cluster))
+    admin = kafka.admin_client(reg.get(cluster))
     res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
     return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0}
 
@@ -82,7 +82,7 @@ def committed(reg: registry.Registry, cluster: str, group: str) -> dict[tuple[st
 def active_member(reg: registry.Registry, cluster: str, group: str, topic: str, client_id: str) -> Consumer:
     """A consumer that has joined `group` and owns partitions of `topic`."""
     c = Consumer(
-        broker.client_config(
+        kafka.client_config(
             reg.get(cluster),
             **{
                 "group.id": group,
@@ -107,7 +107,7 @@ def test_cursor_list_counts_lag_from_the_real_end(ec: EphemeralClusters, reg: re
     produce(reg, path, 0, 5)
     produce(reg, path, 0, 15, start=5, batched=True)
     produce(reg, path, 1, 3)
-    c = broker.consumer(streams.resolve(reg, path).cluster)
+    c = kafka.consumer(streams.resolve(reg, path).cluster)
     try:
         _, high = c.get_watermark_offsets(TopicPartition(kt(reg, path), 0), timeout=10, cached=False)
     finally:
@@ -276,9 +276,9 @@ def test_no_admin_request_is_left_pending_when_a_broker_stops_answering() -> Non
             return {g: futures[g] for g in groups}
 
     with pytest.raises(StreamreplError, match="does not answer"):
-        groups.committed_offsets(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
+        kafka.committed_offsets(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
     assert all(f.done() for f in futures.values())
     futures.update({"g1": _SlowFuture(0.0, error=down), "g2": _SlowFuture(0.5, error=down), "g3": _SlowFuture(0.3)})
     with pytest.raises(StreamreplError, match="does not answer"):
-        groups.describe_groups(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
+        kafka.describe_groups(cluster, Admin(), ["g1", "g2", "g3"])  # type: ignore[arg-type]
     assert all(f.done() for f in futures.values())

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-
-from .. import broker, policy
+from .. import kafka, policy
 from ..errors import NotFound, StreamreplError, Unreachable
+from ..kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from ..paths import kafka_topic_name, validate_topic
 from ..registry import Registry
 from .access import kafka_prefix, open_stream, registry_or_default, stream_topic
@@ -143,7 +142,7 @@ class StreamConsumer:
             "on_commit": self._on_commit,
         }
         conf.update(self.conf)
-        c = broker.consumer(r.cluster, group=self.group, **conf)
+        c = kafka.consumer(r.cluster, group=self.group, **conf)
         self._c = c
         self._failover.opened(i)
         self._owned.clear()
@@ -216,7 +215,7 @@ class StreamConsumer:
             if err is None:
                 self._buf.append(m)
                 got = True
-            elif err.code() == KafkaError._PARTITION_EOF:
+            elif kafka.is_partition_eof(err):
                 got = True
             elif err.fatal():
                 raise KafkaException(err)

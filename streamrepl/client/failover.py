@@ -14,22 +14,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
-
-from .. import broker
+from .. import kafka
 from ..errors import InvalidArgument
+from ..kafka import Consumer, KafkaError, KafkaException
 from ..paths import split_topic
 from ..registry import Cluster, Registry
 from ..streams import Resolved, resolve
 
 log = logging.getLogger("streamrepl.client")
 
-TRANSPORT_ERRORS = {
-    KafkaError._TRANSPORT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._TIMED_OUT,
-    KafkaError._RESOLVE,
-}
+TRANSPORT_ERRORS = kafka.TRANSPORT | {kafka.KafkaError._RESOLVE}
 
 
 @dataclass
@@ -52,7 +46,7 @@ class Failover:
         failover_after: float,
         probe_interval: float,
         probe_timeout: float,
-        ping: Callable[[Cluster, float], bool] = broker.ping,
+        ping: Callable[[Cluster, float], bool] = kafka.ping,
     ):
         if not texts:
             raise InvalidArgument("give at least one copy of the stream to read")

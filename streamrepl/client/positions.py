@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, Consumer, TopicPartition
-
-from .. import broker
+from .. import kafka
 from ..errors import InvalidArgument, NotFound
+from ..kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, Consumer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from ..streams import Resolved
@@ -45,7 +44,7 @@ class ReadPositions:
         start: str | int | None,
         start_timestamp: int | None,
         reset: str,
-        reader: Callable[[Cluster], Consumer] = broker.consumer,
+        reader: Callable[[Cluster], Consumer] = kafka.consumer,
     ):
         self.group = group
         self.partitions = partitions
@@ -96,7 +95,7 @@ class ReadPositions:
     def _start_offsets(
         self, c: Consumer, r: Resolved, names: list[str], topic_of: dict[str, str], resumed: bool
     ) -> list[TopicPartition]:
-        md = c.list_topics(timeout=broker.REQUEST_TIMEOUT)
+        md = c.list_topics(timeout=kafka.REQUEST_TIMEOUT)
         parts: list[TopicPartition] = []
         for t in names:
             kt = kafka_topic_name(r.path, t)
@@ -109,7 +108,7 @@ class ReadPositions:
                 parts.append(TopicPartition(kt, p, OFFSET_STORED if self.group else OFFSET_INVALID))
         if self.partitions is not None and not parts:
             raise NotFound(f"no partition {self.partitions} in the topics {names} of stream {r.path}")
-        stored = c.committed(parts, timeout=broker.REQUEST_TIMEOUT) if (self.group and resumed) else []
+        stored = c.committed(parts, timeout=kafka.REQUEST_TIMEOUT) if (self.group and resumed) else []
         stored_at = {(tp.topic, tp.partition): tp.offset for tp in stored}
         todo_ts = []
         for tp in parts:
@@ -134,7 +133,7 @@ class ReadPositions:
             elif not self.group:
                 tp.offset = OFFSET_BEGINNING if self.reset == "earliest" else OFFSET_END
         if todo_ts:
-            found = c.offsets_for_times(todo_ts, timeout=broker.REQUEST_TIMEOUT)
+            found = c.offsets_for_times(todo_ts, timeout=kafka.REQUEST_TIMEOUT)
             at = {(tp.topic, tp.partition): tp.offset for tp in found}
             for tp in todo_ts:
                 off = at.get((tp.topic, tp.partition), -1)
@@ -148,14 +147,14 @@ class ReadPositions:
         """The real end of a partition (the reported high watermark can under-count)."""
         if self._reader is None:
             self._reader = self._new_reader(r.cluster)
-        return broker.true_end(self._reader, TopicPartition(tp.topic, tp.partition))
+        return kafka.true_end(self._reader, TopicPartition(tp.topic, tp.partition))
 
     def resume_assigned(self, c: Consumer, parts: list[TopicPartition], keys: list[Key]) -> bool:
         """After a failover, start the partitions a group hands out at the further of the group's offsets
         here and what this consumer committed on the copy it left. True when `parts` need assigning."""
         if not any(k in self.committed for k in keys):
             return False
-        stored = {(tp.topic, tp.partition): tp.offset for tp in c.committed(parts, timeout=broker.REQUEST_TIMEOUT)}
+        stored = {(tp.topic, tp.partition): tp.offset for tp in c.committed(parts, timeout=kafka.REQUEST_TIMEOUT)}
         for tp, k in zip(parts, keys, strict=True):
             mine = self.committed.get(k)
             if mine is not None and mine > stored.get((tp.topic, tp.partition), -1):

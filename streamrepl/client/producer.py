@@ -9,11 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
-
-from .. import broker, policy
+from .. import kafka, policy
 from .. import topics as topic_ops
 from ..errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError, Unreachable
+from ..kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from ..metastore import Record
 from ..paths import StreamPath, kafka_topic_name, split_topic, validate_topic
 from ..registry import Cluster, Registry
@@ -80,12 +79,12 @@ class _SyncReplica:
         """
         if self.reader is None:
             extra: dict[str, Any] = {"fetch.wait.max.ms": 5, "enable.partition.eof": True}
-            self.reader = broker.consumer(self.cluster, **extra)
+            self.reader = kafka.consumer(self.cluster, **extra)
         key = (topic, p)
         known = self.ends.get(key, 0)
         kt = kafka_topic_name(self.stream, topic)
         try:
-            _, high = self.reader.get_watermark_offsets(TopicPartition(kt, p), timeout=2.0, cached=False)
+            _, high = kafka.watermarks(self.reader, TopicPartition(kt, p), timeout=2.0)
         except KafkaException:
             return known  # not created yet, or not answering: no progress
         known = max(known, int(high))
@@ -98,7 +97,7 @@ class _SyncReplica:
                 mk = (stream_topic(self.stream, cast(str, m.topic())), cast(int, m.partition()))
                 if err is None:
                     self.ends[mk] = max(self.ends.get(mk, 0), cast(int, m.offset()) + 1)
-                elif err.code() == KafkaError._PARTITION_EOF:
+                elif kafka.is_partition_eof(err):
                     self.ends[mk] = max(self.ends.get(mk, 0), cast(int, m.offset()))
             known = max(known, self.ends.get(key, 0))
         self.ends[key] = known
@@ -151,7 +150,7 @@ class StreamProducer:
         self.sync_recheck = sync_recheck
         self.refresh_interval = refresh_interval
         self._refreshed = time.monotonic()
-        self._p: Producer = broker.producer(self.r.cluster, **conf)
+        self._p: Producer = kafka.producer(self.r.cluster, **conf)
         self._pending: deque[_Pending] = deque()
         self._written: dict[tuple[str, int], int] = {}  # highest offset acknowledged by the broker
         self.replicas: dict[str, _SyncReplica] = {}
@@ -207,7 +206,7 @@ class StreamProducer:
         n = int(self._rec.get("defaultpartitions", 1))
         kt = kafka_topic_name(self.r.path, topic)
         try:
-            broker.create_topics(self.r.cluster, [(kt, n, kafka_configs(self._rec))])
+            kafka.create_topics(self.r.cluster, [(kt, n, kafka_configs(self._rec))])
         except AlreadyExists:
             pass
         topic_ops.register_existing(self.r, topic, n, self._rec.get("defaulttimestamptype", "createtime"))

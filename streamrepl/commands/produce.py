@@ -159,9 +159,8 @@ def produce(
     printf 'a\\nb\\n' | streamrepl produce -path /sanfrancisco/activity:clicks -key user-1
     echo '{"key":"k","value":"v","headers":{"h":"1"}}' | streamrepl produce -path /s:t -format json
     """
-    from confluent_kafka import KafkaException
-
     from ..client import StreamProducer
+    from ..kafka import KafkaException
 
     stream, topic = _split_path(path)
     if not topic:
@@ -402,7 +401,7 @@ def consume(
 def _check_failover(reg: Registry, stream: str, failover: tuple[str, ...]) -> None:
     """Each -failover names another stream, and one that exists where its cluster answers (a copy on a
     cluster that is down now is checked when the consumer gets to it)."""
-    from .. import broker
+    from .. import kafka
     from ..streams import load, resolve
 
     seen = {str(resolve(reg, stream).path): "the stream being read"}
@@ -411,7 +410,7 @@ def _check_failover(reg: Registry, stream: str, failover: tuple[str, ...]) -> No
         if str(r.path) in seen:
             raise InvalidArgument(f"-failover {text} is {seen[str(r.path)]}; name another copy of it")
         seen[str(r.path)] = "given twice"
-        if broker.ping(r.cluster, timeout=2.0):
+        if kafka.ping(r.cluster, timeout=2.0):
             try:
                 load(reg, text)
             except NotFound as e:

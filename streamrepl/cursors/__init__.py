@@ -1,6 +1,5 @@
 """Committed cursors of consumer groups: the operator's commands and their replication.
 
-groups       committed offsets and members of consumer groups, read from a cluster
 operations   `stream cursor list/delete` and `stream assign list`
 replicator   CursorReplicator: a group's cursors carried to a replica of the stream
 """

@@ -22,17 +22,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
 from tenacity import retry, retry_if_exception, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-from .. import ace, broker, policy
+from .. import ace, kafka, policy
 from ..errors import InvalidArgument, NotFound, PermissionDenied, StreamreplError
+from ..kafka import AdminClient, KafkaError, KafkaException, Message, TopicPartition
 from ..metastore import Record
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
 from ..streams import Resolved, load
-from .groups import committed_offsets, describe_groups, is_transport_error, list_groups, offset_entry
 
 
 def _read_at(c: Any, tp: TopicPartition, offset: int, end: int) -> Message | None:
@@ -40,14 +38,14 @@ def _read_at(c: Any, tp: TopicPartition, offset: int, end: int) -> Message | Non
     if offset >= end:
         return None
     c.assign([TopicPartition(tp.topic, tp.partition, offset)])
-    deadline = time.monotonic() + broker.REQUEST_TIMEOUT
+    deadline = time.monotonic() + kafka.REQUEST_TIMEOUT
     try:
         while time.monotonic() < deadline:
             msgs = c.consume(100, timeout=0.5)
             for m in msgs:
                 err = m.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                    if kafka.is_partition_eof(err):
                         return None
                     continue
                 if cast(int, m.offset()) >= end:
@@ -96,7 +94,7 @@ def select(reg: Registry, path: str, topic: str | None, partition: int | None) -
 def _groups(sel: Selection, admin: AdminClient, group: str | None) -> list[str]:
     if group:
         return [group]
-    return list_groups(sel.r.cluster, admin)
+    return kafka.list_groups(sel.r.cluster, admin)
 
 
 # -- cursor list -------------------------------------------------------------------------------------
@@ -116,8 +114,8 @@ def list_cursors(
 ) -> list[dict[str, Any]]:
     sel = select(reg, path, topic, partition)
     cluster = sel.r.cluster
-    admin = broker.admin(cluster)
-    committed = committed_offsets(cluster, admin, _groups(sel, admin, group), sel.wants)
+    admin = kafka.admin_client(cluster)
+    committed = kafka.committed_offsets(cluster, admin, _groups(sel, admin, group), sel.wants)
     cells = sorted(
         (g, sel.topics[kt], p, off)
         for g, (offs, _) in committed.items()
@@ -126,7 +124,7 @@ def list_cursors(
     )
     if not cells:
         return []
-    c = broker.consumer(cluster)
+    c = kafka.consumer(cluster)
     ends: dict[tuple[str, int], int] = {}
     newest: dict[tuple[str, int], int | None] = {}
     stamps: dict[tuple[str, int, int], int | None] = {}
@@ -136,19 +134,19 @@ def list_cursors(
             kt = kafka_topic_name(sel.r.path, t)
             tp = TopicPartition(kt, p)
             if (kt, p) not in ends:
-                ends[(kt, p)] = broker.true_end(c, tp)
+                ends[(kt, p)] = kafka.true_end(c, tp)
             end = ends[(kt, p)]
             lag = max(0, end - off)
             lagmillis = 0
             if lag > 0:
                 if (kt, p) not in newest:
-                    last = broker.last_record(c, tp, end)
+                    last = kafka.last_record(c, tp, end)
                     newest[(kt, p)] = (
                         last.timestamp()[1] if last is not None and not policy.is_filler(last.headers()) else None
                     )
                 key = (kt, p, off)
                 if key not in stamps:
-                    low, _ = c.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
+                    low, _ = kafka.watermarks(c, tp)
                     ref = _read_at(c, tp, max(off - 1, low, 0), end)
                     stamps[key] = ref.timestamp()[1] if ref is not None else None
                 new, ref_ts = newest[(kt, p)], stamps[key]
@@ -189,8 +187,8 @@ def delete_cursors(
     sel = select(reg, path, topic, partition)
     _check_delete_perm(sel)
     cluster = sel.r.cluster
-    admin = broker.admin(cluster)
-    everything = committed_offsets(cluster, admin, _groups(sel, admin, group))
+    admin = kafka.admin_client(cluster)
+    everything = kafka.committed_offsets(cluster, admin, _groups(sel, admin, group))
     doomed = {
         g: {k: v for k, v in offs.items() if sel.wants(*k)}
         for g, (offs, _) in everything.items()
@@ -198,7 +196,7 @@ def delete_cursors(
     }
     if not doomed:
         return []
-    info = describe_groups(cluster, admin, sorted(doomed))
+    info = kafka.describe_groups(cluster, admin, sorted(doomed))
     busy = sorted(g for g in doomed if info.get(g) is not None and info[g].active)
     if busy:
         raise StreamreplError(
@@ -209,7 +207,9 @@ def delete_cursors(
     rows = []
     for g, gone in sorted(doomed.items()):
         offs, meta = everything[g]
-        keep = [offset_entry(kt, p, off, meta.get((kt, p))) for (kt, p), off in offs.items() if (kt, p) not in gone]
+        keep = [
+            kafka.group_offset(kt, p, off, meta.get((kt, p))) for (kt, p), off in offs.items() if (kt, p) not in gone
+        ]
         _delete_group(cluster, g)
         if keep:
             _restore(cluster, g, keep)
@@ -230,19 +230,18 @@ def _delete_group(cluster: Cluster, group: str) -> None:
     try:
         _delete_group_attempt(cluster, group)
     except KafkaException:
-        raise broker.unreachable(cluster, f"deleting the cursors of group {group}") from None
+        raise kafka.unreachable(cluster, f"deleting the cursors of group {group}") from None
 
 
-@retry(retry=retry_if_exception(is_transport_error), stop=_STOP, wait=_WAIT, reraise=True)
+@retry(retry=retry_if_exception(kafka.is_transport), stop=_STOP, wait=_WAIT, reraise=True)
 def _delete_group_attempt(cluster: Cluster, group: str) -> None:
-    admin = broker.admin(cluster)  # must outlive its future
+    admin = kafka.admin_client(cluster)  # must outlive its future
     try:
-        admin.delete_consumer_groups([group], request_timeout=broker.REQUEST_TIMEOUT)[group].result()
+        admin.delete_consumer_groups([group], request_timeout=kafka.REQUEST_TIMEOUT)[group].result()
     except KafkaException as e:
-        err = e.args[0] if e.args else None
-        if isinstance(err, KafkaError) and err.code() == KafkaError.NON_EMPTY_GROUP:
+        if kafka.error_code(e) == KafkaError.NON_EMPTY_GROUP:
             raise StreamreplError(f"consumer group {group} became active; stop its consumers and try again") from None
-        if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+        if kafka.error_code(e) == KafkaError.GROUP_ID_NOT_FOUND:
             return
         raise
 
@@ -259,11 +258,8 @@ def _restore(cluster: Cluster, group: str, keep: list[TopicPartition]) -> None:
 
 @retry(retry=retry_if_exception_type((KafkaException, StreamreplError)), stop=_STOP, wait=_WAIT, reraise=True)
 def _restore_attempt(cluster: Cluster, group: str, keep: list[TopicPartition]) -> None:
-    admin = broker.admin(cluster)
-    res = admin.alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, keep)], request_timeout=broker.REQUEST_TIMEOUT
-    )[group].result()
-    bad = [tp for tp in res.topic_partitions or [] if tp.error is not None]
+    admin = kafka.admin_client(cluster)
+    bad = kafka.commit_offsets(admin, group, keep)
     if bad:
         raise StreamreplError(str(bad[0].error))
 
@@ -282,12 +278,14 @@ def list_assignments(
     """
     sel = select(reg, path, topic, partition)
     cluster = sel.r.cluster
-    admin = broker.admin(cluster)
+    admin = kafka.admin_client(cluster)
     groups = _groups(sel, admin, group)
-    info = describe_groups(cluster, admin, groups)
+    info = kafka.describe_groups(cluster, admin, groups)
     unknown = [g for g, gi in info.items() if any(m.assignment is None for m in gi.members)]
     readers = {
-        g for g, (offs, _) in committed_offsets(cluster, admin, unknown).items() if any(sel.wants(*k) for k in offs)
+        g
+        for g, (offs, _) in kafka.committed_offsets(cluster, admin, unknown).items()
+        if any(sel.wants(*k) for k in offs)
     }
     rows = []
     for g in sorted(info):

@@ -12,14 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-
-from .. import broker
+from .. import kafka
 from ..errors import StreamreplError
+from ..kafka import AdminClient, Consumer, KafkaException, TopicPartition
 from ..paths import StreamPath, from_kafka_topic_name, kafka_topic_name
 from ..registry import Cluster
-from .groups import committed_offsets, describe_groups, is_transport_error, list_groups, offset_entry
 
 
 class CursorReplicator:
@@ -38,8 +35,8 @@ class CursorReplicator:
         src_stream: StreamPath,
         dst_stream: StreamPath,
         *,
-        admin: Callable[[Cluster], AdminClient] = broker.admin,
-        reader: Callable[[Cluster], Consumer] = broker.consumer,
+        admin: Callable[[Cluster], AdminClient] = kafka.admin_client,
+        reader: Callable[[Cluster], Consumer] = kafka.consumer,
     ):
         """`admin` and `reader` build the clients (fakes in unit tests); an admin is built again after an error."""
         self.src_cluster = src_cluster
@@ -70,13 +67,13 @@ class CursorReplicator:
         c = self._dst_reader()
         tp = TopicPartition(kt, p)
         try:
-            _, high = c.get_watermark_offsets(tp, timeout=broker.REQUEST_TIMEOUT, cached=False)
+            _, high = kafka.watermarks(c, tp)
         except KafkaException:
             return -1  # topic or partition not replicated yet
         if high >= needed:
             return int(high)
         try:
-            return broker.true_end(c, tp)
+            return kafka.true_end(c, tp)
         except (KafkaException, TimeoutError):
             return int(high)
 
@@ -97,8 +94,8 @@ class CursorReplicator:
             raise
 
     def _run(self, wanted: set[str] | None) -> list[dict[str, Any]]:
-        src_groups = list_groups(self.src_cluster, self._src_admin)
-        src = committed_offsets(
+        src_groups = kafka.list_groups(self.src_cluster, self._src_admin)
+        src = kafka.committed_offsets(
             self.src_cluster,
             self._src_admin,
             src_groups,
@@ -113,7 +110,7 @@ class CursorReplicator:
                     plan.setdefault(g, {})[(kafka_topic_name(self.dst_stream, t), p)] = (off, meta.get((kt, p)), t)
         if not plan:
             return []
-        dst = committed_offsets(self.dst_cluster, self._dst_admin, sorted(plan))
+        dst = kafka.committed_offsets(self.dst_cluster, self._dst_admin, sorted(plan))
         # group -> [(dst Kafka topic, partition, source offset, destination offset, metadata, stream topic)]
         moves: dict[str, list[tuple[str, int, int, int, str | None, str]]] = {}
         for g, cells in plan.items():
@@ -124,7 +121,7 @@ class CursorReplicator:
                     moves.setdefault(g, []).append((kt, p, off, before, md, t))
         if not moves:
             return []
-        info = describe_groups(self.dst_cluster, self._dst_admin, sorted(moves))
+        info = kafka.describe_groups(self.dst_cluster, self._dst_admin, sorted(moves))
         changed: list[dict[str, Any]] = []
         for g, todo in sorted(moves.items()):
             gi = info.get(g)
@@ -137,23 +134,21 @@ class CursorReplicator:
                 target = min(off, end)
                 if target <= before or target < 0:
                     continue
-                tps.append(offset_entry(kt, p, target, md))
+                tps.append(kafka.group_offset(kt, p, target, md))
                 rows.append(
                     {"group": g, "topic": t, "partition": p, "source": off, "previous": before, "offset": target}
                 )
             if not tps:
                 continue
             try:
-                res = self._dst_admin.alter_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(g, tps)], request_timeout=broker.REQUEST_TIMEOUT
-                )[g].result()
+                refused = kafka.commit_offsets(self._dst_admin, g, tps)
             except KafkaException as e:
-                if is_transport_error(e):
+                if kafka.is_transport(e):
                     self._dst_admin = self._new_admin(self.dst_cluster)  # see operations._delete_group
                 continue  # the group became active, or the broker is busy: next run
-            ok = {(tp.topic, tp.partition) for tp in res.topic_partitions or [] if tp.error is None}
+            not_committed = {(tp.topic, tp.partition) for tp in refused}
             for row, tp in zip(rows, tps, strict=True):
-                if (tp.topic, tp.partition) in ok:
+                if (tp.topic, tp.partition) not in not_committed:
                     changed.append(row)
         return changed
 

@@ -17,6 +17,9 @@ too, so that nothing else imports confluent_kafka.
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
@@ -84,6 +87,9 @@ __all__ = [
     "COMPACTED",
     "INTERNAL_GROUP_PREFIX",
     "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
     "REQUEST_TIMEOUT",
     "TRANSPORT",
     "UNCERTAIN_DELIVERY",

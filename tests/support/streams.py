@@ -15,7 +15,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streamrepl import broker, policy
+from streamrepl import kafka, policy
 from streamrepl.paths import StreamPath, kafka_topic_name
 from support.cli import Run, run_cli, run_proc
 
@@ -309,7 +309,7 @@ def true_ends(bootstrap: str, stream: StreamPath, topics: dict[str, int]) -> dic
     )
     try:
         tps = [TopicPartition(kafka_topic_name(stream, t), p) for t, n in topics.items() for p in range(n)]
-        ends = broker.true_ends(c, tps, timeout=10)
+        ends = kafka.true_ends(c, tps, timeout=10)
     finally:
         c.close()
     names = {kafka_topic_name(stream, t): t for t in topics}
