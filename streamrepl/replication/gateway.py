@@ -24,14 +24,14 @@ from confluent_kafka import Consumer, Producer
 
 from .. import broker, settings
 from ..errors import StreamreplError
-from ..registry import Registry
+from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
 from .cursor_sync import CursorSyncProcess
 from .links import Plan, Unit
 from .membership import SlotGroup, ensure_internal_topics, slot_of
 from .metrics import MetricsServer, serve
 from .mover import Mover
-from .partitions import Partitions
+from .partitions import Partitions, source_consumer
 from .plan import Planner
 from .reports import REPORT_SECONDS, StatusReports
 from .stats import GatewayStats
@@ -44,7 +44,8 @@ IDLE_SLEEP = 0.002
 
 
 class Gateway:
-    """`tuning` defaults to the environment's (settings.gateway()); the client factories default to real ones."""
+    """`tuning` defaults to the environment's (settings.gateway()); the client factories default to real ones
+    (`new_consumer` makes the replica reader, the group consumer and the metadata watch)."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class Gateway:
         tuning: GatewaySettings | None = None,
         new_consumer: Callable[..., Consumer] = broker.consumer,
         new_producer: Callable[..., Producer] = broker.producer,
+        new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
@@ -65,7 +67,9 @@ class Gateway:
         self.plan: Plan | None = None
         self.stats = GatewayStats(self.id)
         self._new_producer = new_producer
-        self.partitions = Partitions(new_consumer(self.cluster), self.stats, on_fail=self._report_failure)
+        self.partitions = Partitions(
+            new_consumer(self.cluster), self.stats, new_source_consumer, on_fail=self._report_failure
+        )
         self.mover = Mover(
             self.partitions, self._producer, self.tuning.throttle_rate, gateway_id=self.id, cluster_name=cluster
         )
