@@ -506,9 +506,9 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
         lost += sum(1 for r in a if r[1] not in keys_b)
         doubled += sum(k - 1 for k in keys_b.values() if k > 1)
         misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
-    from streamrepl.gateway import SESSION_TIMEOUT_MS
+    from streamrepl import settings
 
-    session_ms = SESSION_TIMEOUT_MS
+    session_ms = settings.gateway().session_ms
     return {
         "session_timeout_s": session_ms / 1000,
         "broker_join_wait_s": join_wait(dst_cluster.bootstrap, session_ms),  # type: ignore[attr-defined]

@@ -178,7 +178,7 @@ def test_producer_autocreates_topics_and_refuses_reserved_headers(reg: registry.
 
 def test_synchronous_replica_acknowledges_only_replicated_records_and_falls_back(reg: registry.Registry) -> None:
     from streamrepl import replicas
-    from streamrepl.gateway import Gateway
+    from streamrepl.replication.gateway import Gateway
 
     name = f"sync{uuid.uuid4().hex[:6]}"
     sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"

@@ -21,9 +21,10 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 from streamtools import Gateways, caught_up, cli_json, produce, run_cli, sp, wait_until
 
-from streamrepl import checkpoints, links
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
+from streamrepl.replication import cursor_sync as checkpoints
+from streamrepl.replication import links
 
 SYNC = "0.5"  # seconds between two cursor sync rounds of the gateway
 #: Fast group joins on Tansu (a join waits about half the session timeout).
@@ -208,8 +209,8 @@ class FakeReplicator:
 def test_each_link_is_synced_by_one_gateway_and_a_failing_round_is_retried(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from streamrepl.gateway import SLOTS
     from streamrepl.paths import StreamPath
+    from streamrepl.replication.membership import SLOTS
 
     monkeypatch.setattr(checkpoints, "CursorReplicator", FakeReplicator)
     FakeReplicator.calls, FakeReplicator.closed, FakeReplicator.fail_next = [], [], set()

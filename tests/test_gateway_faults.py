@@ -237,3 +237,26 @@ def test_unreachable_brokers_at_start_and_in_the_middle(env: Env) -> None:
             sent = producer.stop()
         assert settle_and_compare(env, src, dst, topics, timeout=60) == 3000 + sent
         assert sorted(alive(gws)) == ["sf-a", "sf-b"]
+
+
+def test_a_burst_of_sigterms_stops_every_gateway_cleanly(env: Env) -> None:
+    """Issue 16: 20 SIGTERMs in a burst hung 3 of 5 gateways (nested signal handlers, each waiting on a lock the
+    one it interrupted held). Each gateway must drain and exit 0; the timeout only guards against a hang."""
+    with Gateways(env.reg, "tokyo", env.logdir) as gws:
+        names = [gws.start(f"burst{i}") for i in range(5)]
+        wait_until(
+            lambda: all("started for cluster" in (env.logdir / f"{n}.log").read_text() for n in names),
+            60,
+            "the gateways to start",
+        )
+        procs = [gws.procs[n] for n in names]
+        for _ in range(20):
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+        codes = {}
+        for n, p in zip(names, procs, strict=True):
+            try:
+                codes[n] = p.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                codes[n] = "hung"
+        assert codes == dict.fromkeys(names, 0), codes

@@ -12,14 +12,26 @@ from clitools import Run, one_error_line, run_proc
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({"STREAMREPL_GATEWAY_SESSION_MS": "6s"}, "STREAMREPL_GATEWAY_SESSION_MS='6s' is not a whole number"),
-        ({"STREAMREPL_GATEWAY_LINGER_MS": "-1"}, "STREAMREPL_GATEWAY_LINGER_MS=-1 must be 0 or more"),
-        ({"STREAMREPL_THROTTLE_RATE": "fast"}, "STREAMREPL_THROTTLE_RATE='fast' is not a number"),
+        ({"STREAMREPL_GATEWAY_SESSION_MS": "6s"}, "STREAMREPL_GATEWAY_SESSION_MS=6s is not a whole number"),
+        ({"STREAMREPL_GATEWAY_LINGER_MS": "-1"}, "STREAMREPL_GATEWAY_LINGER_MS=-1 must be between 0 and"),
+        ({"STREAMREPL_THROTTLE_RATE": "fast"}, "STREAMREPL_THROTTLE_RATE=fast is not a number"),
         (
             {"STREAMREPL_GATEWAY_SESSION_MS": "6000", "STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS": "6000"},
             "STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS (6000) must be shorter than the session",
         ),
-        ({"STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS": "0"}, "STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS=0 must be 1 or more"),
+        (
+            {"STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS": "0"},
+            "STREAMREPL_GATEWAY_MESSAGE_TIMEOUT_MS=0 must be between 1 and",
+        ),
+        ({"STREAMREPL_THROTTLE_RATE": "nan"}, "STREAMREPL_THROTTLE_RATE=nan must be a finite number"),
+        ({"STREAMREPL_THROTTLE_RATE": "inf"}, "STREAMREPL_THROTTLE_RATE=inf must be a finite number"),
+        ({"STREAMREPL_CURSOR_SYNC_SECONDS": "-1"}, "STREAMREPL_CURSOR_SYNC_SECONDS=-1 must be between 0.05 and"),
+        ({"STREAMREPL_CURSOR_SYNC_SECONDS": "nan"}, "STREAMREPL_CURSOR_SYNC_SECONDS=nan must be a finite number"),
+        ({"STREAMREPL_CURSOR_SYNC_SECONDS": "abc"}, "STREAMREPL_CURSOR_SYNC_SECONDS=abc is not a number"),
+        (
+            {"STREAMREPL_GATEWAY_SESSION_MS": "99999999999"},
+            "STREAMREPL_GATEWAY_SESSION_MS=99999999999 must be between 1000 and",
+        ),
     ],
 )
 def test_bad_gateway_settings_are_one_line_errors(env: dict[str, str], says: str, tmp_path: Path) -> None:

@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
-from streamrepl import gateway, registry, replicas, streams, topics
+from streamrepl import registry, replicas, streams, topics
 from streamrepl.local import EphemeralClusters
+from streamrepl.replication import watcher
+from streamrepl.replication.gateway import Gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -26,22 +28,22 @@ def test_a_metadata_change_reaches_the_gateway_before_the_next_full_read(
     replicas.add(reg, sf, ny, paused=True)
     replicas.upstream_add(reg, ny, sf)
     # Full reads a minute apart: only the change detection can bring the plan up to date in time.
-    monkeypatch.setattr(gateway, "REFRESH_SECONDS", 60.0)
-    gw = gateway.Gateway(reg, "newyork", f"watch-{uuid.uuid4().hex[:4]}")
+    monkeypatch.setattr(watcher, "REFRESH_SECONDS", 60.0)
+    gw = Gateway(reg, "newyork", f"watch-{uuid.uuid4().hex[:4]}")
     t = threading.Thread(target=gw.run, kwargs={"max_seconds": 90}, daemon=True)
     t.start()
 
     def planned_topics() -> set[str]:
-        published = gw._published
+        published = gw.watcher.published
         if published is None:
             return set()
         return {u.topic for u in published[0].units if str(u.dst) == ny}
 
     try:
         deadline = time.monotonic() + 30
-        while gw._published is None and time.monotonic() < deadline:
+        while gw.watcher.published is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert gw._published is not None, "the gateway never read the metadata"
+        assert gw.watcher.published is not None, "the gateway never read the metadata"
         assert planned_topics() == set(), "a paused link is not planned"
 
         replicas.set_paused(reg, sf, ny, False)

@@ -28,7 +28,7 @@ def start_cmd(
 ) -> None:
     """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster."""
     from ..errors import InvalidArgument
-    from ..gateway import run_foreground
+    from ..replication.process import run_foreground
 
     level = getattr(logging, loglevel.upper(), None)
     if not isinstance(level, int):
@@ -51,7 +51,7 @@ def cluster_gateway() -> None:
 @handles_errors
 def list_cmd(dstcluster: str | None) -> None:
     """Show the live gateways of each destination cluster and the partitions each applies."""
-    from ..gateway_info import live_gateways
+    from ..replication.live import live_gateways
 
     reg = app().registry
     names = [dstcluster] if dstcluster else list(reg.clusters)

@@ -7,11 +7,12 @@ lists the source as upstream), it is not paused, and no bulk copy (autosetup) ow
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .metastore import MetaStore, Record
-from .paths import StreamPath, kafka_topic_name
-from .registry import Cluster, Registry
+from ..metastore import MetaStore, Record
+from ..paths import StreamPath, kafka_topic_name
+from ..registry import Cluster, Registry
 
 log = logging.getLogger("streamrepl.links")
 
@@ -61,7 +62,12 @@ class Plan:
     clusters: list[Cluster] = field(default_factory=list)
 
 
-def discover(reg: Registry, dst_cluster: str) -> Plan:
+def read_streams(cluster: Cluster) -> dict[str, Record]:
+    """Every stream record of a cluster's metadata."""
+    return MetaStore(cluster).streams()
+
+
+def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str, Record]] = read_streams) -> Plan:
     dst_c = reg.get(dst_cluster)
     plan = Plan([], {}, {}, [])
     stores: dict[str, dict[str, Record]] = {}
@@ -69,7 +75,7 @@ def discover(reg: Registry, dst_cluster: str) -> Plan:
     def streams_of(cluster: Cluster) -> dict[str, Record]:
         if cluster.name not in stores:
             plan.clusters.append(cluster)
-            stores[cluster.name] = MetaStore(cluster).streams()
+            stores[cluster.name] = read(cluster)
         return stores[cluster.name]
 
     for path, rec in streams_of(dst_c).items():

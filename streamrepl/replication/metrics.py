@@ -1,6 +1,6 @@
 """Prometheus metrics of a gateway, served on an optional port (`gateway start -metricsport N`).
 
-The figures are read from the gateway when Prometheus scrapes (a custom collector), so the hot
+The figures are read from the gateway's stats (stats.py) when Prometheus scrapes (a custom collector), so the hot
 path only keeps plain counters per batch. Exposition format, histograms and the process metrics
 (CPU, RSS, open files) come from prometheus_client.
 
@@ -31,40 +31,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .gateway import Gateway
+from ..errors import InvalidArgument
+from .stats import LATENCY_BUCKETS, GatewayStats
 
 log = logging.getLogger("streamrepl.metrics")
 
-#: Replication latency buckets, seconds.
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-class LatencyHistogram:
-    """Cumulative histogram per link, observed from the gateway's loop (one thread), read by scrapes."""
-
-    def __init__(self) -> None:
-        self.by_link: dict[str, tuple[list[int], list[float]]] = {}  # link -> (bucket counts, [sum])
-
-    def observe(self, link: str, seconds: float) -> None:
-        entry = self.by_link.get(link)
-        if entry is None:
-            entry = self.by_link[link] = ([0] * (len(LATENCY_BUCKETS) + 1), [0.0])
-        counts, total = entry
-        for i, bound in enumerate(LATENCY_BUCKETS):
-            if seconds <= bound:
-                counts[i] += 1
-                break
-        else:
-            counts[-1] += 1
-        total[0] += seconds
-
 
 class GatewayCollector:
-    def __init__(self, gw: Gateway):
-        self.gw = gw
+    def __init__(self, stats: GatewayStats):
+        self.stats = stats
 
     def describe(self) -> list[Any]:
         return []  # collected on scrape only; no registration-time call into the gateway
@@ -72,17 +49,17 @@ class GatewayCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-        gw = self.gw
-        gid = gw.id
+        stats = self.stats
+        gid = stats.gateway_id
         records = CounterMetricFamily(
             "streamrepl_gateway_records", "Records applied to replicas (fillers included).", labels=["gateway", "link"]
         )
         nbytes = CounterMetricFamily(
             "streamrepl_gateway_bytes", "Bytes of record values applied to replicas.", labels=["gateway", "link"]
         )
-        for name, n in list(gw.records_by_link.items()):
+        for name, n in list(stats.records_by_link.items()):
             records.add_metric([gid, name], n)
-        for name, n in list(gw.bytes_by_link.items()):
+        for name, n in list(stats.bytes_by_link.items()):
             nbytes.add_metric([gid, name], n)
         yield records
         yield nbytes
@@ -91,7 +68,7 @@ class GatewayCollector:
             "Source records not yet applied in the partitions this gateway owns.",
             labels=["gateway", "link"],
         )
-        for name, n in gw.pending().items():
+        for name, n in stats.pending().items():
             pending.add_metric([gid, name], n)
         yield pending
         lat = HistogramMetricFamily(
@@ -99,7 +76,7 @@ class GatewayCollector:
             "Time from a source record's timestamp to its acknowledgement by the destination, per batch.",
             labels=["gateway", "link"],
         )
-        for name, (counts, total) in list(gw.latency.by_link.items()):
+        for name, (counts, total) in list(stats.latency.by_link.items()):
             cumulative, buckets = 0, []
             for bound, c in zip([*map(str, LATENCY_BUCKETS), "+Inf"], list(counts), strict=True):
                 cumulative += c
@@ -107,27 +84,31 @@ class GatewayCollector:
             lat.add_metric([gid, name], buckets, total[0])
         yield lat
         for name, doc, value in (
-            ("streamrepl_gateway_partitions", "Replica partitions this gateway applies now.", len(gw.units)),
-            ("streamrepl_gateway_slots", "Work slots this gateway owns in its group.", len(gw.slots)),
-            ("streamrepl_gateway_partitions_in_error", "Replica partitions stopped with an error.", len(gw.errored)),
+            ("streamrepl_gateway_partitions", "Replica partitions this gateway applies now.", stats.partitions()),
+            ("streamrepl_gateway_slots", "Work slots this gateway owns in its group.", stats.slots()),
+            (
+                "streamrepl_gateway_partitions_in_error",
+                "Replica partitions stopped with an error.",
+                stats.partitions_in_error(),
+            ),
         ):
             g = GaugeMetricFamily(name, doc, labels=["gateway"])
             g.add_metric([gid], value)
             yield g
         for name, doc, value in (
-            ("streamrepl_gateway_errors", "Replica partitions stopped on a conflict or a write error.", gw.failures),
-            ("streamrepl_gateway_rebalances", "Slot assignments and revocations seen.", gw.rebalances),
+            ("streamrepl_gateway_errors", "Replica partitions stopped on a conflict or a write error.", stats.failures),
+            ("streamrepl_gateway_rebalances", "Slot assignments and revocations seen.", stats.rebalances),
             (
                 "streamrepl_gateway_write_restarts",
                 "Writes expired or fenced, every partition started again from its real end.",
-                gw.write_restarts,
+                stats.write_restarts,
             ),
             (
                 "streamrepl_gateway_cursor_commits",
                 "Consumer-group offsets carried to replicas.",
-                gw.cursor_stat("committed"),
+                stats.cursor_commits(),
             ),
-            ("streamrepl_gateway_cursor_errors", "Failed cursor replication rounds.", gw.cursor_stat("errors")),
+            ("streamrepl_gateway_cursor_errors", "Failed cursor replication rounds.", stats.cursor_errors()),
         ):
             counter = CounterMetricFamily(name, doc, labels=["gateway"])
             counter.add_metric([gid], value)
@@ -138,8 +119,7 @@ class GatewayCollector:
         throttled = GaugeMetricFamily(
             "streamrepl_link_throttled", "1 when the link is throttled (-throttle true).", labels=["link"]
         )
-        plan = gw.plan
-        for link in plan.links if plan is not None else []:
+        for link in stats.links():
             sync.add_metric([link.name], 1 if link.synchronous else 0)
             throttled.add_metric([link.name], 1 if link.throttle else 0)
         yield sync
@@ -149,12 +129,12 @@ class GatewayCollector:
 class MetricsServer:
     """The HTTP endpoint (GET /metrics) of one gateway, in a daemon thread."""
 
-    def __init__(self, gw: Gateway, port: int, addr: str = "0.0.0.0"):
+    def __init__(self, stats: GatewayStats, port: int, addr: str = "0.0.0.0"):
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.process_collector import ProcessCollector
 
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(GatewayCollector(gw))
+        self.registry.register(GatewayCollector(stats))
         ProcessCollector(registry=self.registry)
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = self.server.server_port
@@ -165,3 +145,13 @@ class MetricsServer:
         self.server.server_close()
         if isinstance(self.thread, threading.Thread):
             self.thread.join(5)
+
+
+def serve(stats: GatewayStats, addr: str, port: int) -> MetricsServer:
+    """The endpoint on addr:port (0: any free port). A port in use is a clear error."""
+    try:
+        return MetricsServer(stats, port, addr)
+    except OSError as e:
+        raise InvalidArgument(
+            f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; pick another -metricsport or -metricsaddr"
+        ) from None

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import status
-from .registry import Cluster
+from .. import status
+from ..registry import Cluster
 
 LIVE_SECONDS = 15.0
 

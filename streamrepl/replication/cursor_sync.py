@@ -19,25 +19,24 @@ round that fails is logged (one line, the link named) and retried the next round
 
 from __future__ import annotations
 
+import json
 import logging
-import os
+import select
+import subprocess
+import sys
 import threading
 import time
-import zlib
 from typing import Any, Self
 
+from .. import settings
+from ..cursors import CursorReplicator
+from ..errors import StreamreplError
+from ..paths import StreamPath
+from ..registry import Cluster
 from . import links
-from .cursors import CursorReplicator
-from .errors import StreamreplError
+from .membership import SLOTS, slot_of_link
 
 log = logging.getLogger("streamrepl.cursors")
-
-#: seconds between two rounds (a commit on the source reaches the replica within about this long)
-CURSOR_SYNC_SECONDS = float(os.environ.get("STREAMREPL_CURSOR_SYNC_SECONDS", "2"))
-
-
-def slot_of_link(link: links.Link, slots: int) -> int:
-    return zlib.crc32(link.name.encode()) % slots
 
 
 class _Rounds:
@@ -48,7 +47,8 @@ class _Rounds:
 
     def __init__(self, gateway: Any, period: float | None = None):
         self.gateway = gateway
-        self.period = CURSOR_SYNC_SECONDS if period is None else period
+        #: seconds between two rounds (a commit on the source reaches the replica within about this long)
+        self.period = settings.CURSOR_SYNC_SECONDS.read() if period is None else period
         self.committed = 0
         self.errors = 0
         self._stop = threading.Event()
@@ -104,8 +104,6 @@ class CursorSync(_Rounds):
     # -- which links -------------------------------------------------------------------------
     def owned_links(self) -> list[links.Link]:
         """The links of the gateway's current plan whose slot the gateway owns (copied, not shared)."""
-        from .gateway import SLOTS
-
         plan = self.gateway.plan
         if plan is None:
             return []
@@ -196,9 +194,6 @@ def _link_to_json(link: links.Link) -> dict[str, Any]:
 
 
 def _link_from_json(d: dict[str, Any]) -> links.Link:
-    from .paths import StreamPath
-    from .registry import Cluster
-
     return links.Link(
         StreamPath(d["src_cluster"], d["src"]),
         Cluster(d["src_cluster"], d["src_props"]),
@@ -222,9 +217,6 @@ class CursorSyncProcess(_Rounds):
         self._proc: Any = None
 
     def _worker(self) -> Any:
-        import subprocess
-        import sys
-
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         if self._proc is not None:
@@ -232,7 +224,7 @@ class CursorSyncProcess(_Rounds):
             log.warning("cursor sync worker exited (%s); starting it again", self._proc.returncode)
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "streamrepl.checkpoints", "--worker", str(level), str(self.period)],
+            [sys.executable, "-m", "streamrepl.replication.cursor_sync", "--worker", str(level), str(self.period)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -240,9 +232,6 @@ class CursorSyncProcess(_Rounds):
         return self._proc
 
     def run_once(self, timeout: float = 120.0) -> int:
-        import json
-        import select
-
         owned = self._picker.owned_links()
         proc = self._worker()
         try:
@@ -282,17 +271,12 @@ class CursorSyncProcess(_Rounds):
 
 def worker_main(level: str, period: float) -> None:
     """The worker: one request line in, one reply line out, until stdin closes."""
-    import json
-    import sys
-
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     class _Gateway:
         plan: links.Plan | None = None
         slots: set[int] = set()
         cluster: Any = None
-
-    from .gateway import SLOTS
 
     gw = _Gateway()
     gw.slots = set(range(SLOTS))
@@ -301,8 +285,6 @@ def worker_main(level: str, period: float) -> None:
         req = json.loads(line)
         ls = [_link_from_json(d) for d in req["links"]]
         gw.plan = links.Plan(ls, {}, {}, [])
-        from .registry import Cluster
-
         gw.cluster = Cluster(req["dst_cluster"], _dst_props(req))
         before = (sync.committed, sync.errors)
         sync.run_once()
@@ -314,7 +296,5 @@ def _dst_props(req: dict[str, Any]) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    import sys
-
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
         worker_main(sys.argv[2], float(sys.argv[3]))

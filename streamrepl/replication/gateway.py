@@ -1,0 +1,230 @@
+"""The gateway: a worker on the destination side that applies source records to replicas.
+
+Gateways of one destination cluster share the work through Kafka's own consumer-group
+protocol (membership.py): each destination partition hashes to one slot of the group, so
+exactly one live gateway owns it. When a gateway dies or stops (SIGTERM drains its
+writes, then it leaves like a crashed one: see shutdown()) its slots move to the others
+once its session expires (6 s); when all are down, the sources keep the data and the
+first gateway back carries on from each replica partition's real end.
+
+The Gateway composes the pieces: the plan watcher (a thread that follows the stream
+metadata), the slot group, the partition table, the mover (the hot loop's work), the
+status reports, the cursor sync and the metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Producer
+
+from .. import broker, settings
+from ..errors import StreamreplError
+from ..registry import Cluster, Registry
+from ..settings import GatewaySettings
+from .cursor_sync import CursorSyncProcess
+from .links import Plan, Unit
+from .membership import SlotGroup, ensure_internal_topics, slot_of
+from .metrics import MetricsServer, serve
+from .mover import Mover
+from .partitions import Partitions, source_consumer
+from .plan import Planner
+from .reports import REPORT_SECONDS, StatusReports
+from .stats import GatewayStats
+from .watcher import PlanWatcher
+
+log = logging.getLogger("streamrepl.gateway")
+
+#: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
+IDLE_SLEEP = 0.002
+
+
+class Gateway:
+    """`tuning` defaults to the environment's (settings.gateway()); the client factories default to real ones
+    (`new_consumer` makes the replica reader, the group consumer and the metadata watch)."""
+
+    def __init__(
+        self,
+        reg: Registry,
+        cluster: str,
+        gateway_id: str | None = None,
+        tuning: GatewaySettings | None = None,
+        new_consumer: Callable[..., Consumer] = broker.consumer,
+        new_producer: Callable[..., Producer] = broker.producer,
+        new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
+    ):
+        self.reg = reg
+        self.cluster = reg.get(cluster)
+        self.id = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.tuning = tuning or settings.gateway()
+        #: set to stop the loop; a plain attribute, so that a signal handler may set it (see process.py)
+        self.stopping = False
+        #: the plan applied last (read by the cursor sync, the reports and the metrics)
+        self.plan: Plan | None = None
+        self.stats = GatewayStats(self.id)
+        self._new_producer = new_producer
+        self.partitions = Partitions(
+            new_consumer(self.cluster), self.stats, new_source_consumer, on_fail=self._report_failure
+        )
+        self.mover = Mover(
+            self.partitions, self._producer, self.tuning.throttle_rate, gateway_id=self.id, cluster_name=cluster
+        )
+        self.group = SlotGroup(
+            self.cluster, self.id, self.tuning.session_ms, self.stats, self._plan_again, self._give_up, new_consumer
+        )
+        self.watcher = PlanWatcher(Planner(reg, self.cluster), new_consumer)
+        self.reports = StatusReports(
+            self.id,
+            self.partitions,
+            self.stats,
+            lambda: self.group.slots,
+            lambda: self.plan,
+            lambda: self.mover.producer,
+        )
+        self.cursor_sync: CursorSyncProcess | None = None
+        self.metrics: MetricsServer | None = None
+        #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
+        self.leave_group = True
+        #: the group consumer kept open until the process exits, when leave_group is False (see shutdown())
+        self.left_open: Consumer | None = None
+        #: apply the published plan again even if it did not change (slots assigned, writes restarted)
+        self._replan = True
+        self.stats.partitions = lambda: len(self.partitions.units)
+        self.stats.slots = lambda: len(self.group.slots)
+        self.stats.partitions_in_error = lambda: len(self.partitions.errored)
+        self.stats.pending = self.partitions.pending
+        self.stats.links = lambda: list(self.plan.links) if self.plan is not None else []
+        self.stats.cursor_commits = lambda: self.cursor_sync.committed if self.cursor_sync else 0
+        self.stats.cursor_errors = lambda: self.cursor_sync.errors if self.cursor_sync else 0
+
+    @property
+    def slots(self) -> set[int]:
+        return self.group.slots
+
+    def _producer(self) -> Producer:
+        return self._new_producer(
+            self.cluster,
+            **{
+                "linger.ms": self.tuning.linger_ms,
+                "batch.num.messages": 10000,
+                # A queue of a second or two of records: what waits longer than the message timeout expires.
+                "queue.buffering.max.messages": 200000,
+                "queue.buffering.max.kbytes": 65536,
+                # How long a record may wait in the producer before it expires instead of being sent. It must be
+                # shorter than the session: a gateway frozen (a VM pause, SIGSTOP) past its session while records
+                # were queued would otherwise send them when it resumes, after the gateway that took its
+                # partitions over wrote there (doubled records, and the source's records at those offsets lost).
+                # Expired, they are never sent (librdkafka drops them before sending on resume, and the epoch
+                # bump that follows fences the producer), and the gateway starts its partitions again from their
+                # real ends with a new producer (Mover.restart_writes).
+                "message.timeout.ms": self.tuning.message_timeout_ms,
+                "client.id": f"streamrepl-gateway-{self.id}",
+            },
+        )
+
+    # -- the pieces' callbacks ----------------------------------------------------------------
+    def _plan_again(self) -> None:
+        self._replan = True
+
+    def _give_up(self, lost: set[int]) -> None:
+        # Everything queued for the partitions we give up must land before another gateway starts on them.
+        self.mover.producer.flush(30)
+        for unit in [u for u in self.partitions.units if slot_of(u) in lost]:
+            self.partitions.drop(unit)
+
+    def _report_failure(self, unit: Unit, error: str) -> None:
+        self.reports.unit(unit, "error", error)
+
+    def apply_plan(self, plan: Plan, present: set[str]) -> None:
+        self.plan = plan
+        wanted = {u: f for u, f in plan.units.items() if slot_of(u) in self.group.slots}
+        self.partitions.follow(plan, present, wanted, self.mover.ready_to_acquire(), self.mover.producer)
+
+    def serve_metrics(self, addr: str, port: int) -> int:
+        """Serve Prometheus metrics (see metrics.py); returns the port. A port in use is a clear error."""
+        self.metrics = serve(self.stats, addr, port)
+        return self.metrics.port
+
+    # -- main loop ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop from another thread (a signal handler only sets `stopping`: see process.py)."""
+        self.stopping = True
+        self.watcher.stop()
+
+    def _wait_for_destination(self) -> None:
+        """A gateway is a long-running worker: a destination that does not answer yet is waited for
+        (with backoff), not a reason to exit."""
+        delay = 0.5
+        while not self.stopping:
+            try:
+                ensure_internal_topics(self.cluster)
+                return
+            except StreamreplError as e:
+                log.warning("%s; retrying in %.0f s", e, delay)
+                until = time.monotonic() + delay
+                while not self.stopping and time.monotonic() < until:
+                    time.sleep(0.1)
+                delay = min(delay * 2, 10.0)
+
+    def run(self, max_seconds: float | None = None) -> None:
+        self._wait_for_destination()
+        if self.stopping:
+            return
+        self.group.join()
+        # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
+        self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
+        self._replan = True
+        self.watcher.start()
+        plan_applied: tuple[Plan, set[str]] | None = None
+        next_report = next_gate_check = 0.0
+        started = time.monotonic()
+        log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
+        try:
+            while not self.stopping:
+                now = time.monotonic()
+                if max_seconds is not None and now - started > max_seconds:
+                    break
+                self.group.poll()  # drives heartbeats and rebalances
+                if self.mover.restart_pending and now >= next_gate_check:
+                    next_gate_check = now + 0.5
+                    self._replan = True  # take the partitions up again once the destination is back
+                published = self.watcher.published
+                if published is not None and (published is not plan_applied or self._replan):
+                    plan_applied, self._replan = published, False
+                    self.apply_plan(*published)
+                busy = self.mover.move_once()
+                if now >= next_report:
+                    next_report = now + REPORT_SECONDS
+                    self.reports.all()
+                if not busy:
+                    time.sleep(IDLE_SLEEP)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        self.watcher.stop()
+        if self.cursor_sync is not None:
+            self.cursor_sync.stop(timeout=5)
+        log.info("gateway %s stopping", self.id)
+        self.reports.stopped()
+        left = self.mover.producer.flush(30)
+        if left:
+            log.error("%d records were not acknowledged before shutdown", left)
+        if self.leave_group:
+            self.group.leave()
+        else:
+            # No group.close(): it would send LeaveGroup, and a LeaveGroup that reaches Tansu while the
+            # group is rebalancing leaves the group with a departed leader for good (every gateway stalls).
+            # Everything is drained, so leaving like a crashed gateway is safe: the slots move when the
+            # session expires. run_foreground() then exits without destroying the consumer (which would
+            # leave); a consumer left open in a process that goes on would keep its slots.
+            self.partitions.drop_all()
+            self.left_open = self.group.abandon()
+        self.partitions.close()
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None

@@ -1,0 +1,121 @@
+"""The slot group: how the gateways of one destination cluster share its replica partitions.
+
+Each gateway joins the group `streamrepl-gateways-<cluster>` on a slot topic of SLOTS partitions in the
+destination cluster; the round-robin assignor spreads the slots over the live gateways, and each destination
+partition hashes to one slot (slot_of), so exactly one live gateway owns it. The cursor sync spreads the links
+the same way (slot_of_link).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from .. import broker, status
+from ..errors import StreamreplError
+from ..registry import Cluster
+from .links import Link, Unit
+from .stats import GatewayStats
+
+log = logging.getLogger("streamrepl.gateway")
+
+SLOT_TOPIC = "__streamrepl_gateway_slots"
+SLOTS = 64
+
+
+def slot_of(unit: Unit) -> int:
+    return zlib.crc32(unit.key.encode()) % SLOTS
+
+
+def slot_of_link(link: Link, slots: int = SLOTS) -> int:
+    return zlib.crc32(link.name.encode()) % slots
+
+
+def ensure_internal_topics(cluster: Cluster) -> None:
+    """The slot topic and the status topic exist in the destination cluster."""
+    existing = broker.topics(cluster)
+    if SLOT_TOPIC not in existing:
+        try:
+            broker.create_topics(cluster, [(SLOT_TOPIC, SLOTS, {})])
+        except StreamreplError:
+            if SLOT_TOPIC not in broker.topics(cluster):
+                raise
+    status.ensure_topic(cluster)
+
+
+class SlotGroup:
+    """This gateway's membership of the slot group: which slots it owns now.
+
+    `on_assigned()` is called when slots were assigned (the plan must be applied again), `on_give_up(lost)`
+    before slots are given up (their partitions must be drained and let go first). Both run in the thread
+    that calls poll()."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        gateway_id: str,
+        session_ms: int,
+        stats: GatewayStats,
+        on_assigned: Callable[[], None],
+        on_give_up: Callable[[set[int]], None],
+        new_consumer: Callable[..., Consumer] = broker.consumer,
+    ):
+        self.cluster = cluster
+        self.gateway_id = gateway_id
+        self.session_ms = session_ms
+        self.slots: set[int] = set()
+        self.stats = stats
+        self.consumer: Consumer | None = None
+        self._on_assigned = on_assigned
+        self._on_give_up = on_give_up
+        self._new_consumer = new_consumer
+
+    def join(self) -> None:
+        self.consumer = self._new_consumer(
+            self.cluster,
+            group=f"streamrepl-gateways-{self.cluster.name}",
+            **{
+                "client.id": self.gateway_id,
+                "partition.assignment.strategy": "roundrobin",
+                "session.timeout.ms": self.session_ms,
+                "heartbeat.interval.ms": 1000,
+                "enable.partition.eof": False,
+            },
+        )
+        self.consumer.subscribe(
+            [SLOT_TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+
+    def poll(self) -> None:
+        """Drives heartbeats and rebalances (the callbacks run in here)."""
+        if self.consumer is not None:
+            self.consumer.poll(0)
+
+    def _on_assign(self, _: Any, parts: list[TopicPartition]) -> None:
+        self.stats.rebalances += 1
+        self.slots = {tp.partition for tp in parts}
+        log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
+        self._on_assigned()
+
+    def _on_revoke(self, _: Any, parts: list[TopicPartition]) -> None:
+        self.stats.rebalances += 1
+        lost = {tp.partition for tp in parts}
+        self._on_give_up(lost)
+        self.slots -= lost
+        log.info("gateway %s gave up %d slots", self.gateway_id, len(lost))
+
+    def leave(self) -> None:
+        """Leave the group now (LeaveGroup)."""
+        if self.consumer is not None:
+            self.consumer.close()
+            self.consumer = None
+
+    def abandon(self) -> Consumer | None:
+        """Stop taking part without leaving: the consumer is handed back, to be kept open until the process
+        exits (see Gateway.shutdown for why)."""
+        consumer, self.consumer = self.consumer, None
+        return consumer

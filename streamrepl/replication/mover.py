@@ -1,0 +1,254 @@
+"""The hot loop's work: records from the source partitions to the same offsets in the replicas.
+
+Each pass consumes what the source consumers hold, hands it to the partitions' writers, throttles the links
+that ask for it, checks the writes that were delivered, and starts every partition again from its real end
+when writes expired or the producer was fenced. The clients come from outside (Partitions holds the consumers;
+`new_producer` makes the producer), so that unit tests can pass fakes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from .. import broker, policy
+from ..applier import ReplicaConflict
+from .links import Link
+from .membership import SLOT_TOPIC
+from .partitions import Partitions, UnitState
+
+log = logging.getLogger("streamrepl.gateway")
+
+THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
+BATCH = 10000
+END_CHECK_TIMEOUT = 1.0  # seconds
+#: A partition quiet for longer than this has its end checked before it is written again (_end_unchanged).
+#: Not after every short gap: at a few thousand records/s each partition goes idle between batches, and a
+#: request on the loop before each batch doubled the p99 latency (BENCHMARKS.md). A stray write in a gap
+#: shorter than this is still caught, by the delivery check, after the batch that follows it.
+END_CHECK_IDLE = 0.5
+#: After such a restart, how long the destination must have answered before partitions are taken up again:
+#: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
+RESTART_GRACE_SECONDS = 2.0
+
+
+class Mover:
+    """`throttle_rate`: records/s per partition of a throttled link; the gateway and its cluster name the logs."""
+
+    def __init__(
+        self,
+        partitions: Partitions,
+        new_producer: Callable[[], Producer],
+        throttle_rate: float,
+        gateway_id: str = "",
+        cluster_name: str = "",
+    ):
+        self.partitions = partitions
+        self.stats = partitions.stats
+        self.reader = partitions.reader
+        self.throttle_rate = throttle_rate
+        self.gateway_id = gateway_id
+        self.cluster_name = cluster_name
+        self._new_producer = new_producer
+        self.producer = new_producer()
+        #: after a restart of the writes, partitions wait for the destination (see ready_to_acquire)
+        self.restart_pending = False
+        #: when the destination answered again after the restart (None: not yet)
+        self._answering_since: float | None = None
+        self._end_checks_off_until = 0.0
+        self._observers: dict[str, Callable[[float], None]] = {}
+
+    def move_once(self) -> int:
+        """One pass over the source consumers; returns the records seen (0: idle)."""
+        busy = 0
+        for name, c in list(self.partitions.sources.items()):
+            link = self.partitions.links_by_source.get(name)
+            if link is None:
+                continue
+            msgs = c.consume(BATCH, timeout=0)
+            if msgs:
+                busy += self.apply_batch(link, msgs)
+        self.producer.poll(0)
+        self.check_writes()
+        self.unthrottle()
+        return busy
+
+    def apply_batch(self, link: Link, msgs: list[Message]) -> int:
+        """Hand a batch from one source consumer to the units it feeds; returns records seen."""
+        units = self.partitions.units
+        by_tp: dict[tuple[str, int], list[Message]] = {}
+        eofs: list[Message] = []
+        for m in msgs:
+            if m.error() is None:
+                by_tp.setdefault((m.topic(), m.partition()), []).append(m)  # type: ignore[arg-type]
+            elif m.error().code() == KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+                eofs.append(m)
+            else:
+                log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
+        for (topic, partition), batch in by_tp.items():
+            unit = self.partitions.by_source.get((link.name, topic, partition))
+            state = units.get(unit) if unit else None
+            if state is None:
+                continue
+            self._write(state, link, batch)
+        for m in eofs:
+            unit = self.partitions.by_source.get((link.name, m.topic(), m.partition()))  # type: ignore[arg-type]
+            state = units.get(unit) if unit else None
+            if state is not None and not state.throttled_until and m.offset() > state.writer.next:  # type: ignore[operator]
+                # Offsets at the end of the source with no visible record (a transaction marker).
+                # (Not while throttled: the records after the slice written are not applied yet.)
+                state.writer.fill_to(m.offset())  # type: ignore[arg-type]
+        return len(msgs)
+
+    def _end_unchanged(self, state: UnitState, origin: str) -> bool:
+        """Before writing into a partition whose writes are all acknowledged and that was quiet for
+        END_CHECK_IDLE, check that nothing else wrote into it meanwhile (a stray producer): its record would
+        shift every record written after it. This costs a request only when a partition wakes up.
+
+        When the records written meanwhile are copies of the same origin, another gateway took the
+        partition over (this one was stalled past its session, and has not heard yet): the partition
+        is let go, not failed; it is acquired again from its real end if this gateway still owns it."""
+        now = time.monotonic()
+        if now < self._end_checks_off_until:
+            return True
+        w = state.writer
+        try:
+            _, high = self.reader.get_watermark_offsets(
+                TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
+            )
+        except KafkaException:
+            # The destination does not answer: do not stall every partition on it; writes are checked on delivery.
+            self._end_checks_off_until = now + 10
+            return True
+        if high > w.next:
+            try:
+                rec = broker.last_record(self.reader, TopicPartition(w.topic, w.partition), high)
+            except KafkaException:
+                rec = None
+            if rec is not None and origin != w.dst_uuid and policy.origin_of(rec.headers(), w.dst_uuid) == origin:
+                log.warning(
+                    "%s: another gateway wrote up to offset %d meanwhile (this one left it at %d); letting it go",
+                    w.label,
+                    high,
+                    w.next,
+                )
+                self.partitions.drop(state.unit)
+                return False
+            self.partitions.fail(
+                state.unit,
+                f"{w.label}: the replica partition ends at offset {high}, past offset {w.next} where this gateway"
+                " left it; something else writes into this replica; replication of this partition stopped",
+            )
+            return False
+        return True
+
+    def _write(self, state: UnitState, link: Link, batch: list[Message]) -> None:
+        w = state.writer
+        last = batch[-1]
+        now = time.monotonic()
+        if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, last.offset()) >= w.next:
+            origin = policy.origin_of(last.headers(), link.src_uuid)
+            if origin != w.dst_uuid and not self._end_unchanged(state, origin):
+                return
+        state.last_write = now
+        rest: list[Message] = []
+        if link.throttle:
+            # Write one slice, then pause the partition for as long as the slice takes at the capped
+            # rate; the records after the slice are fetched again when it resumes.
+            cap = max(1, int(self.throttle_rate * THROTTLE_SLICE))
+            batch, rest = batch[:cap], batch[cap:]
+        name = link.name
+        observe = self._observers.get(name)
+        if observe is None:
+            latency = self.stats.latency
+            observe = self._observers[name] = lambda seconds: latency.observe(name, seconds)
+        w.observe = observe
+        while True:
+            try:
+                records, nbytes = w.records, w.bytes
+                w.write(batch, link.src_uuid)
+                self.stats.applied(name, w.records - records, w.bytes - nbytes)
+                break
+            except BufferError:
+                # The destination is behind: let it drain, then go on from where the writer stopped.
+                self.producer.poll(0.2)
+                batch = [m for m in batch if m.offset() >= state.writer.next]  # type: ignore[operator]
+            except ReplicaConflict as e:
+                self.partitions.fail(state.unit, str(e))
+                return
+            except KafkaException as e:
+                # The producer is in a fatal state (fenced): nothing more can be written through it.
+                self.restart_writes(str(e.args[0].str() if e.args else e))
+                return
+        if link.throttle:
+            c = self.partitions.sources.get(link.name)
+            tp = state.feeds[link.name][1]
+            if c is not None:
+                state.throttled_until = time.monotonic() + len(batch) / self.throttle_rate
+                c.pause([TopicPartition(tp.topic, tp.partition)])
+                if rest:
+                    c.seek(TopicPartition(tp.topic, tp.partition, cast(int, rest[0].offset())))
+
+    def unthrottle(self) -> None:
+        now = time.monotonic()
+        for state in self.partitions.units.values():
+            if state.throttled_until and state.throttled_until <= now:
+                state.throttled_until = 0.0
+                for name, (_, tp) in state.feeds.items():
+                    c = self.partitions.sources.get(name)
+                    if c is not None:
+                        c.resume([TopicPartition(tp.topic, tp.partition)])
+
+    def check_writes(self) -> None:
+        units = self.partitions.units
+        uncertain = next((st.writer.uncertain for st in units.values() if st.writer.uncertain), "")
+        if uncertain:
+            self.restart_writes(uncertain)
+            return
+        for unit, state in list(units.items()):
+            if state.writer.errors:
+                self.partitions.fail(
+                    unit, f"{state.writer.label}: {state.writer.errors[0]}; replication of this partition stopped"
+                )
+
+    def restart_writes(self, why: str) -> None:
+        """Records handed to the producer expired, or the producer was fenced: where they are is unknown.
+        Let every partition go, throw the producer away with what it still holds, and take the partitions
+        up again from their real ends once the destination has answered for RESTART_GRACE_SECONDS."""
+        log.warning(
+            "gateway %s: writes into %s failed (%s); every partition starts again from its real end",
+            self.gateway_id,
+            self.cluster_name,
+            why,
+        )
+        self.stats.write_restarts += 1
+        self.partitions.drop_all()
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)
+        except (KafkaException, RuntimeError):
+            pass
+        self.producer = self._new_producer()
+        self.restart_pending = True
+        self._answering_since = None
+
+    def ready_to_acquire(self) -> bool:
+        """False while a restart of the writes waits for the destination (see restart_writes)."""
+        if not self.restart_pending:
+            return True
+        now = time.monotonic()
+        if self._answering_since is None:
+            try:
+                self.reader.list_topics(SLOT_TOPIC, timeout=END_CHECK_TIMEOUT)
+            except KafkaException:
+                return False
+            self._answering_since = now
+        if now - self._answering_since < RESTART_GRACE_SECONDS:
+            return False
+        self.restart_pending = False
+        return True

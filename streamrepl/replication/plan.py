@@ -1,0 +1,60 @@
+"""The planner: the links and replica partitions the stream metadata asks for (links.discover), and the replica
+topics they need, created in the destination cluster and written into its replica streams' metadata."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from .. import broker, topics
+from ..errors import StreamreplError
+from ..metastore import Record
+from ..paths import kafka_topic_name
+from ..registry import Cluster, Registry
+from ..streams import Resolved, kafka_configs
+from .links import Plan, discover, read_streams
+
+log = logging.getLogger("streamrepl.gateway")
+
+
+class Planner:
+    def __init__(
+        self,
+        reg: Registry,
+        cluster: Cluster,
+        list_topics: Callable[..., dict[str, int]] = broker.topics,
+        create_topics: Callable[..., None] = broker.create_topics,
+        read_streams: Callable[[Cluster], dict[str, Record]] = read_streams,
+    ):
+        self.reg = reg
+        self.cluster = cluster
+        self._list_topics = list_topics
+        self._create_topics = create_topics
+        self._read_streams = read_streams
+
+    def discover(self) -> Plan:
+        return discover(self.reg, self.cluster.name, self._read_streams)
+
+    def present(self) -> set[str]:
+        """The Kafka topics of the destination cluster now."""
+        return set(self._list_topics(self.cluster))
+
+    def ensure_topics(self, plan: Plan) -> None:
+        present = self._list_topics(self.cluster)
+        for (dst, topic), n in plan.topics.items():
+            kt = kafka_topic_name(dst, topic)
+            if kt in present:
+                continue
+            r = Resolved(dst, self.cluster)
+            rec = r.store.get(dst.path)
+            if rec is None:
+                continue
+            try:
+                # Replica topics stamp CreateTime so that the source's timestamps survive the copy.
+                self._create_topics(self.cluster, [(kt, n, kafka_configs(rec, "createtime"))])
+            except StreamreplError as e:
+                if kt not in self._list_topics(self.cluster):
+                    log.error("cannot create %s: %s", kt, e)
+                    continue
+            topics.register_existing(r, topic, n)
+            log.info("created topic %s:%s (%d partitions)", dst, topic, n)

@@ -1,0 +1,88 @@
+"""What a gateway writes into the destination cluster's status topic: itself (`cluster gateway list`), and the
+state of each replica partition it applies (`replica list`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Producer
+
+from .. import status
+from .links import Plan, Unit
+from .partitions import Partitions
+from .stats import GatewayStats
+
+REPORT_SECONDS = 5.0
+
+
+class StatusReports:
+    """`producer()` is the gateway's producer of the moment (a restart of the writes replaces it)."""
+
+    def __init__(
+        self,
+        gateway_id: str,
+        partitions: Partitions,
+        stats: GatewayStats,
+        slots: Callable[[], set[int]],
+        plan: Callable[[], Plan | None],
+        producer: Callable[[], Producer],
+    ):
+        self.gateway_id = gateway_id
+        self.partitions = partitions
+        self.stats = stats
+        self._slots = slots
+        self._plan = plan
+        self._producer = producer
+
+    def unit(self, unit: Unit, state: str, error: str = "") -> None:
+        units = self.partitions.units
+        feeds = units[unit].feeds if unit in units else {}
+        plan = self._plan()
+        names = [link.src for link, _ in feeds.values()] or [
+            link.src for link, _ in (plan.units.get(unit, []) if plan else [])
+        ]
+        nxt = units[unit].writer.next if unit in units else -1
+        for src in names:
+            body = {
+                "state": state,
+                "error": error,
+                "gateway": self.gateway_id,
+                "next": nxt,
+                "updated": int(time.time() * 1000),
+            }
+            self._producer().produce(
+                status.STATUS_TOPIC,
+                key=status.unit_key(str(unit.dst), str(src), unit.topic, unit.partition).encode(),
+                value=json.dumps(body).encode(),
+            )
+
+    def all(self) -> None:
+        """The partitions whose state changed since they were last reported, and the gateway itself."""
+        for unit, st in self.partitions.units.items():
+            mark = ("ok", st.writer.next)
+            if st.reported != mark:
+                self.unit(unit, "ok")
+                st.reported = mark
+        body = {
+            "gateway": self.gateway_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slots": sorted(self._slots()),
+            "units": sorted(u.key for u in self.partitions.units),
+            "applied": self.stats.records_applied,
+            "errors": len(self.partitions.errored),
+            "updated": int(time.time() * 1000),
+        }
+        self._gateway(body)
+
+    def stopped(self) -> None:
+        self._gateway({"gateway": self.gateway_id, "stopped": True, "updated": int(time.time() * 1000)})
+
+    def _gateway(self, body: dict[str, object]) -> None:
+        self._producer().produce(
+            status.STATUS_TOPIC, key=status.gateway_key(self.gateway_id).encode(), value=json.dumps(body).encode()
+        )

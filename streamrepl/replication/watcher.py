@@ -1,0 +1,105 @@
+"""The plan watcher: follows the stream metadata in a thread of its own and publishes each plan it reads.
+
+Reading the metadata (every stream record of every cluster involved, topic lists, topic creation) takes tens to
+hundreds of milliseconds: it runs in a thread of its own, so that the hot loop never waits for it; the loop only
+applies each new plan, which costs nothing when nothing changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from .. import broker
+from ..errors import StreamreplError
+from ..paths import METADATA_TOPIC
+from ..registry import Cluster
+from .links import Plan
+from .plan import Planner
+
+log = logging.getLogger("streamrepl.gateway")
+
+REFRESH_SECONDS = 2.0
+#: how often the plan watcher asks whether any stream record changed (a change is applied at once)
+CHANGE_POLL_SECONDS = 0.2
+#: how long asking for the end of a metadata topic may take
+END_CHECK_TIMEOUT = 1.0  # seconds
+
+
+class PlanWatcher:
+    """`published` is the last plan read, with the destination's topics at that moment (None: none yet)."""
+
+    def __init__(self, planner: Planner, new_consumer: Callable[[Cluster], Consumer] = broker.consumer):
+        self.planner = planner
+        self.published: tuple[Plan, set[str]] | None = None
+        self.stopping = False
+        self._new_consumer = new_consumer
+        self._plan_lock = threading.Lock()
+        self._refresh_now = threading.Event()
+        #: cluster name -> the watcher's consumer that asks for the end of its metadata topic
+        self._meta_watch: dict[str, Consumer] = {}
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._watch, name="plan-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread at its next wait (not from a signal handler: Event.set() takes a lock)."""
+        self.stopping = True
+        self._refresh_now.set()
+
+    def _watch(self) -> None:
+        logged: list[str] = []
+        plan: Plan | None = None
+        while not self.stopping:
+            try:
+                plan = self.planner.discover()
+                if plan.problems != logged:
+                    for p in plan.problems:
+                        log.warning("%s", p)
+                    logged = plan.problems
+                self.planner.ensure_topics(plan)
+                present = self.planner.present()
+                with self._plan_lock:
+                    self.published = (plan, present)
+            except StreamreplError as e:
+                log.warning("cannot read replication metadata: %s", e)
+            except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
+                log.exception("reading replication metadata failed")
+            self._wait_for_metadata_change(plan.clusters if plan is not None else [])
+            self._refresh_now.clear()
+        for c in self._meta_watch.values():
+            c.close()
+
+    def _wait_for_metadata_change(self, clusters: list[Cluster]) -> None:
+        """Wait until REFRESH_SECONDS pass, or sooner when a stream record was written in one of the clusters
+        the plan was read from (`replica resume`, `topic create`...): asking for the end of each metadata
+        topic every CHANGE_POLL_SECONDS costs one small request per cluster, a full read costs far more."""
+        ends = self._metadata_ends(clusters)
+        deadline = time.monotonic() + REFRESH_SECONDS
+        while not self.stopping and time.monotonic() < deadline:
+            if self._refresh_now.wait(CHANGE_POLL_SECONDS):
+                return
+            now = self._metadata_ends(clusters)
+            if any(now.get(name, -1) != end for name, end in ends.items() if end >= 0):
+                return
+
+    def _metadata_ends(self, clusters: list[Cluster]) -> dict[str, int]:
+        """The end of each cluster's metadata topic (-1 when it cannot be read now)."""
+        ends: dict[str, int] = {}
+        for cluster in clusters:
+            c = self._meta_watch.get(cluster.name)
+            if c is None:
+                c = self._meta_watch[cluster.name] = self._new_consumer(cluster)
+            try:
+                ends[cluster.name] = c.get_watermark_offsets(
+                    TopicPartition(METADATA_TOPIC, 0), timeout=END_CHECK_TIMEOUT, cached=False
+                )[1]
+            except KafkaException:
+                ends[cluster.name] = -1
+        return ends

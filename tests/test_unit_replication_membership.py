@@ -1,0 +1,73 @@
+"""The slot group (replication/membership.py) with a fake group consumer: no broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from streamrepl.paths import StreamPath
+from streamrepl.registry import Cluster
+from streamrepl.replication.links import Unit
+from streamrepl.replication.membership import SLOT_TOPIC, SLOTS, SlotGroup, slot_of
+from streamrepl.replication.stats import GatewayStats
+
+
+class FakeGroupConsumer:
+    def __init__(self, cluster: Cluster, group: str | None = None, **config: Any):
+        self.group, self.config = group, config
+        self.subscribed: list[str] = []
+        self.callbacks: dict[str, Any] = {}
+        self.closed = False
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.subscribed, self.callbacks = topics, callbacks
+
+    def poll(self, timeout: float) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_slots_follow_assignments_and_revocations() -> None:
+    events: list[Any] = []
+    stats = GatewayStats("gw1")
+    made: list[FakeGroupConsumer] = []
+
+    def new_consumer(cluster: Cluster, **kw: Any) -> FakeGroupConsumer:
+        made.append(FakeGroupConsumer(cluster, **kw))
+        return made[-1]
+
+    group = SlotGroup(
+        Cluster("ny", {"bootstrap.servers": "127.0.0.1:1"}),
+        "gw1",
+        6000,
+        stats,
+        lambda: events.append("assigned"),
+        lambda lost: events.append(("give up", sorted(lost))),
+        new_consumer,
+    )
+    group.join()
+    (c,) = made
+    assert c.group == "streamrepl-gateways-ny" and c.subscribed == [SLOT_TOPIC]
+    assert c.config["session.timeout.ms"] == 6000 and c.config["partition.assignment.strategy"] == "roundrobin"
+
+    c.callbacks["on_assign"](c, [TopicPartition(SLOT_TOPIC, p) for p in (1, 2, 3)])
+    assert group.slots == {1, 2, 3} and events == ["assigned"]
+    # Slots given up (or lost with the session): their partitions are let go before the slots are.
+    c.callbacks["on_revoke"](c, [TopicPartition(SLOT_TOPIC, 2)])
+    c.callbacks["on_lost"](c, [TopicPartition(SLOT_TOPIC, 3)])
+    assert group.slots == {1} and events[1:] == [("give up", [2]), ("give up", [3])]
+    assert stats.rebalances == 3
+
+    assert group.abandon() is c and not c.closed, "kept open: closing would send LeaveGroup"
+    group.leave()
+    assert not c.closed
+
+
+def test_every_partition_hashes_to_one_slot() -> None:
+    units = [Unit(StreamPath("ny", "/s"), "t", p) for p in range(200)]
+    slots = {slot_of(u) for u in units}
+    assert all(0 <= s < SLOTS for s in slots) and len(slots) > SLOTS // 2, "spread over the slots"
+    assert [slot_of(u) for u in units] == [slot_of(u) for u in units]

@@ -1,0 +1,215 @@
+"""The hot loop's work (replication/mover.py, partitions.py) with fake clients: no broker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from streamrepl import policy
+from streamrepl.paths import StreamPath, kafka_topic_name
+from streamrepl.registry import Cluster
+from streamrepl.replication.links import Link, Plan, Unit
+from streamrepl.replication.mover import Mover
+from streamrepl.replication.partitions import Partitions
+from streamrepl.replication.stats import GatewayStats
+
+SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/s")
+
+
+class Msg:
+    """A record as confluent_kafka hands it over."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, headers: Any = None):
+        self._topic, self._partition, self._offset, self._key, self._headers = topic, partition, offset, key, headers
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._key
+
+    def headers(self) -> Any:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+    def error(self) -> None:
+        return None
+
+
+class FakeProducer:
+    """Appends each record to its partition at the next offset; deliveries are reported on poll/flush."""
+
+    def __init__(self) -> None:
+        self.log: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._deliveries: list[tuple[Callable[..., None], Msg]] = []
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = 0, **kw: Any) -> None:
+        records = self.log.setdefault((topic, partition), [])
+        records.append({"key": key, "headers": kw.get("headers")})
+        if kw.get("on_delivery"):
+            self._deliveries.append((kw["on_delivery"], Msg(topic, partition, len(records) - 1, key)))
+
+    def poll(self, timeout: float = 0) -> int:
+        done, self._deliveries = self._deliveries, []
+        for cb, msg in done:
+            cb(None, msg)
+        return len(done)
+
+    def flush(self, timeout: float = 0) -> int:
+        self.poll()
+        return 0
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
+        self._deliveries.clear()
+
+
+class FakeConsumer:
+    """A source consumer (records queued by the test) or the replica reader (empty replicas)."""
+
+    def __init__(self) -> None:
+        self.queued: list[Msg] = []
+        self.assigned: list[tuple[str, int, int]] = []
+        self.paused: set[tuple[str, int]] = set()
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def consume(self, n: int, timeout: float = 0) -> list[Msg]:
+        out = [m for m in self.queued if (m.topic(), m.partition()) not in self.paused][:n]
+        self.queued = [m for m in self.queued if m not in out]
+        return out
+
+    def incremental_assign(self, tps: list[Any]) -> None:
+        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+    def incremental_unassign(self, tps: list[Any]) -> None:
+        pass
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in tps}
+
+    def resume(self, tps: list[Any]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in tps}
+
+    def seek(self, tp: Any) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        return (0, 0)
+
+    def close(self) -> None:
+        pass
+
+
+def link(src: StreamPath = SRC, uuid: str = "SRC", throttle: bool = False) -> Link:
+    return Link(src, Cluster(src.cluster, {"bootstrap.servers": "127.0.0.1:1"}), uuid, DST, "DST", throttle, "lz4", 0)
+
+
+class Rig:
+    """One replica partition ny:/s:t[0], fed by the given links, applied by a Mover on fakes."""
+
+    def __init__(self, *links: Link, throttle_rate: float = 1000):
+        #: one consumer per source cluster (a Kafka topic name does not say its cluster)
+        self.sources = {lk.src.cluster: FakeConsumer() for lk in links}
+        self.source = self.sources[links[0].src.cluster]
+        self.producer = FakeProducer()
+        self.stats = GatewayStats("test")
+        self.failed: list[tuple[Unit, str]] = []
+        self.partitions = Partitions(
+            FakeConsumer(),
+            self.stats,
+            lambda cluster: self.sources[cluster.name],
+            lambda u, e: self.failed.append((u, e)),
+        )
+        self.mover = Mover(self.partitions, lambda: self.producer, throttle_rate)
+        self.unit = Unit(DST, "t", 0)
+        plan = Plan(list(links), {self.unit: [(lk, kafka_topic_name(lk.src, "t")) for lk in links]}, {}, [])
+        present = {kafka_topic_name(DST, "t")}
+        self.partitions.follow(plan, present, plan.units, True, self.producer)
+
+    def feed(self, src: StreamPath, offsets: list[int], headers: Any = None) -> None:
+        kt = kafka_topic_name(src, "t")
+        self.sources[src.cluster].queued += [Msg(kt, 0, o, f"k{o}".encode(), headers) for o in offsets]
+
+    def replica(self) -> list[dict[str, Any]]:
+        return self.producer.log.get((kafka_topic_name(DST, "t"), 0), [])
+
+
+def test_records_land_at_their_source_offsets_and_gaps_are_filled() -> None:
+    rig = Rig(link())
+    assert rig.source.assigned == [(kafka_topic_name(SRC, "t"), 0, 0)], "the feed starts at the replica's end"
+    rig.feed(SRC, [0, 1, 4, 5])  # 2 and 3 are not visible in the source (compacted, or transaction markers)
+    assert rig.mover.move_once() == 4
+    replica = rig.replica()
+    assert [r["key"] for r in replica] == [b"k0", b"k1", None, None, b"k4", b"k5"]
+    assert all(dict(r["headers"])[policy.ORIGIN] == b"SRC" for r in replica)
+    state = rig.partitions.units[rig.unit]
+    assert state.writer.next == 6 and state.writer.acked == 6, "the last record was acknowledged where it belongs"
+    assert rig.stats.records_applied == 6 and rig.stats.records_by_link == {link().name: 6}
+    assert rig.stats.latency.by_link[link().name][0], "the batch's latency was observed"
+    rig.feed(SRC, [3, 6])  # a record seen again (a second path, a rerun) is not written twice
+    rig.mover.move_once()
+    assert [r["key"] for r in rig.replica()][-1] == b"k6" and len(rig.replica()) == 7
+
+
+def test_a_throttled_link_writes_one_slice_then_pauses_the_partition() -> None:
+    rig = Rig(link(throttle=True), throttle_rate=10)  # 10 records/s: slices of 2 records, 0.2 s each
+    rig.feed(SRC, list(range(5)))
+    rig.mover.move_once()
+    kt = kafka_topic_name(SRC, "t")
+    assert len(rig.replica()) == 2
+    assert (kt, 0) in rig.source.paused and rig.source.seeks == [(kt, 0, 2)], "the rest is fetched again"
+    state = rig.partitions.units[rig.unit]
+    assert state.throttled_until > time.monotonic()
+    time.sleep(0.25)
+    rig.mover.unthrottle()
+    assert (kt, 0) not in rig.source.paused and state.throttled_until == 0.0
+
+
+def test_records_of_another_origin_stop_the_partition() -> None:
+    """The same topic written in two streams that both feed one replica: a conflict, reported, not written."""
+    other = StreamPath("tokyo", "/s")
+    rig = Rig(link(), link(other, "TOKYO"))
+    rig.feed(SRC, [0, 1, 2])
+    rig.mover.move_once()
+    rig.feed(other, [3])
+    rig.mover.move_once()
+    assert len(rig.replica()) == 3, "nothing of the other origin was written"
+    assert rig.unit in rig.partitions.errored and rig.unit not in rig.partitions.units
+    assert rig.stats.failures == 1
+    ((unit, error),) = rig.failed
+    assert unit == rig.unit and "offset 3 comes from stream TOKYO" in error, error
+
+
+@pytest.mark.parametrize("uncertain", [True, False])
+def test_a_failed_delivery_restarts_the_writes_or_fails_the_partition(uncertain: bool) -> None:
+    """Expired (where the records are is unknown): every partition starts again from its real end with a new
+    producer. Refused: that partition stops."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    state = rig.partitions.units[rig.unit]
+    code = KafkaError._MSG_TIMED_OUT if uncertain else KafkaError.MSG_SIZE_TOO_LARGE
+    state.writer._delivered(1)(KafkaError(code), Msg("x", 0, 1, None))  # what the producer reports of a batch
+    first = rig.producer
+    rig.producer = FakeProducer()  # the producer a restart makes
+    rig.mover.check_writes()
+    if uncertain:
+        assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer is not first
+        assert not rig.partitions.units and not rig.partitions.errored, "let go, to start again from the real end"
+        assert rig.mover.restart_pending
+    else:
+        assert rig.stats.write_restarts == 0 and rig.unit in rig.partitions.errored

@@ -1,0 +1,88 @@
+"""The planner (replication/links.py, plan.py) on stream records given by the test: no broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streamrepl.paths import StreamPath, kafka_topic_name
+from streamrepl.registry import Cluster, Registry
+from streamrepl.replication.links import Unit
+from streamrepl.replication.plan import Planner
+
+CLUSTERS = {name: Cluster(name, {"bootstrap.servers": "127.0.0.1:1"}) for name in ("sf", "ny", "tokyo")}
+REG = Registry(Path("clusters.yaml"), "ny", CLUSTERS)
+
+
+def upstream(cluster: str, stream: str) -> dict[str, str]:
+    return {"cluster": cluster, "stream": stream, "path": f"/{cluster}{stream}"}
+
+
+STREAMS: dict[str, dict[str, Any]] = {
+    "ny": {
+        "/s": {"uuid": "S-NY", "upstreams": [upstream("sf", "/s"), upstream("tokyo", "/s")]},
+        "/paused": {"uuid": "P-NY", "upstreams": [upstream("sf", "/paused")]},
+        "/copying": {"uuid": "C-NY", "upstreams": [upstream("sf", "/copying")]},
+        "/orphan": {"uuid": "O-NY", "upstreams": [upstream("sf", "/gone"), upstream("mars", "/x")]},
+        "/own": {"uuid": "OWN"},
+    },
+    "sf": {
+        "/s": {
+            "uuid": "S-SF",
+            "replicas": [{"path": "/ny/s", "state": "REPLICA_STATE_REPLICATING", "throttle": True, "added": 5}],
+            "topics": {"t": {"partitions": 2}},
+        },
+        "/paused": {
+            "uuid": "P-SF",
+            "replicas": [{"path": "/ny/paused", "paused": True}],
+            "topics": {"t": {"partitions": 1}},
+        },
+        "/copying": {
+            "uuid": "C-SF",
+            "replicas": [{"path": "/ny/copying", "state": "REPLICA_STATE_COPYING"}],
+            "topics": {"t": {"partitions": 1}},
+        },
+    },
+    # Lists no replica /ny/s: the two halves of that link do not agree, so it does not run.
+    "tokyo": {"/s": {"uuid": "S-TK", "replicas": [], "topics": {"t": {"partitions": 3}}}},
+}
+
+
+def read_streams(cluster: Cluster) -> dict[str, Any]:
+    return STREAMS[cluster.name]
+
+
+def test_the_plan_holds_the_running_links_and_their_partitions() -> None:
+    plan = Planner(REG, CLUSTERS["ny"], read_streams=read_streams).discover()
+    ((link),) = plan.links
+    dst = StreamPath("ny", "/s")
+    assert (link.name, link.src_uuid, link.dst_uuid, link.throttle, link.added) == (
+        "/sf/s->/ny/s",
+        "S-SF",
+        "S-NY",
+        True,
+        5,
+    )
+    assert plan.units == {Unit(dst, "t", p): [(link, kafka_topic_name(link.src, "t"))] for p in range(2)}
+    assert plan.topics == {(dst, "t"): 2}
+    assert sorted(plan.problems) == [
+        "upstream /mars/x of /ny/orphan: unknown cluster 'mars' (known: ny, sf, tokyo); add it to the registry"
+        " clusters.yaml",
+        "upstream /sf/gone of /ny/orphan does not exist",
+    ]
+    assert sorted(c.name for c in plan.clusters) == ["ny", "sf", "tokyo"]
+
+
+def test_replica_topics_that_exist_are_left_alone() -> None:
+    created: list[Any] = []
+    present = {kafka_topic_name(StreamPath("ny", "/s"), "t"): 2, "other": 1}
+    planner = Planner(
+        REG,
+        CLUSTERS["ny"],
+        list_topics=lambda cluster: present,
+        create_topics=lambda cluster, specs: created.append(specs),
+        read_streams=read_streams,
+    )
+    planner.ensure_topics(planner.discover())
+    assert created == []
+    assert planner.present() == set(present)
