@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streamrepl import broker, policy, streams, topics
+from streamrepl import kafka, policy, streams, topics
 from streamrepl.bulk.lock import LOCK_FIELD, CopyLock, CopyLocked
 from streamrepl.cli import main
 from streamrepl.local import EphemeralClusters
@@ -183,7 +183,7 @@ def test_bad_spark_options_are_refused_before_anything_changes(
     assert len(err.strip().splitlines()) == 1 and option[1] in err, err
     d = streams.resolve(env.reg, dst)
     assert d.store.get(d.path.path) is None
-    assert env.kt(dst, "t") not in broker.topics(env.reg.get("newyork"))
+    assert env.kt(dst, "t") not in kafka.topics(env.reg.get("newyork"))
 
 
 def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,10 +20,9 @@ import socket
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer
-
-from .. import broker, settings
+from .. import kafka, settings
 from ..errors import StreamreplError
+from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
 from .cursor_sync import CursorSyncProcess
@@ -53,8 +52,8 @@ class Gateway:
         cluster: str,
         gateway_id: str | None = None,
         tuning: GatewaySettings | None = None,
-        new_consumer: Callable[..., Consumer] = broker.consumer,
-        new_producer: Callable[..., Producer] = broker.producer,
+        new_consumer: Callable[..., Consumer] = kafka.consumer,
+        new_producer: Callable[..., Producer] = kafka.producer,
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
     ):
         self.reg = reg

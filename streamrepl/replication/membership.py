@@ -13,10 +13,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
-from .. import broker, status
-from ..errors import StreamreplError
+from .. import kafka, status
+from ..kafka import Consumer, TopicPartition
 from ..registry import Cluster
 from .links import Link, Unit
 from .stats import GatewayStats
@@ -37,13 +35,8 @@ def slot_of_link(link: Link, slots: int = SLOTS) -> int:
 
 def ensure_internal_topics(cluster: Cluster) -> None:
     """The slot topic and the status topic exist in the destination cluster."""
-    existing = broker.topics(cluster)
-    if SLOT_TOPIC not in existing:
-        try:
-            broker.create_topics(cluster, [(SLOT_TOPIC, SLOTS, {})])
-        except StreamreplError:
-            if SLOT_TOPIC not in broker.topics(cluster):
-                raise
+    if SLOT_TOPIC not in kafka.topics(cluster):
+        kafka.create_shared_topic(cluster, SLOT_TOPIC, SLOTS)  # another gateway may be creating it too
     status.ensure_topic(cluster)
 
 
@@ -62,7 +55,7 @@ class SlotGroup:
         stats: GatewayStats,
         on_assigned: Callable[[], None],
         on_give_up: Callable[[set[int]], None],
-        new_consumer: Callable[..., Consumer] = broker.consumer,
+        new_consumer: Callable[..., Consumer] = kafka.consumer,
     ):
         self.cluster = cluster
         self.gateway_id = gateway_id

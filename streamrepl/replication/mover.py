@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
-
-from .. import broker, policy
+from .. import kafka, policy
 from ..applier import ReplicaConflict
+from ..kafka import KafkaException, Message, Producer, TopicPartition
 from .links import Link
 from .membership import SLOT_TOPIC
 from .partitions import Partitions, UnitState
@@ -85,7 +84,7 @@ class Mover:
         for m in msgs:
             if m.error() is None:
                 by_tp.setdefault((m.topic(), m.partition()), []).append(m)  # type: ignore[arg-type]
-            elif m.error().code() == KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+            elif kafka.is_partition_eof(m.error()):
                 eofs.append(m)
             else:
                 log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
@@ -126,7 +125,7 @@ class Mover:
             return True
         if high > w.next:
             try:
-                rec = broker.last_record(self.reader, TopicPartition(w.topic, w.partition), high)
+                rec = kafka.last_record(self.reader, TopicPartition(w.topic, w.partition), high)
             except KafkaException:
                 rec = None
             if rec is not None and origin != w.dst_uuid and policy.origin_of(rec.headers(), w.dst_uuid) == origin:

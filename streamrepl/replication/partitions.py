@@ -12,10 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
-from .. import broker
+from .. import kafka
 from ..applier import OffsetPreservingWriter, ReplicaConflict, resume_point
+from ..kafka import Consumer, KafkaException, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from .links import Link, Plan, Unit
@@ -30,7 +29,7 @@ SOURCE_FETCH_WAIT_MS = 10
 def source_consumer(cluster: Cluster) -> Consumer:
     """A consumer of source partitions, tuned for latency (short fetch waits) and long queues."""
     extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
-    return broker.consumer(cluster, **extra)
+    return kafka.consumer(cluster, **extra)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .. import broker, topics
+from .. import kafka, topics
 from ..errors import StreamreplError
 from ..metastore import Record
 from ..paths import kafka_topic_name
@@ -22,8 +22,8 @@ class Planner:
         self,
         reg: Registry,
         cluster: Cluster,
-        list_topics: Callable[..., dict[str, int]] = broker.topics,
-        create_topics: Callable[..., None] = broker.create_topics,
+        list_topics: Callable[..., dict[str, int]] = kafka.topics,
+        create_topics: Callable[..., None] = kafka.create_topics,
         read_streams: Callable[[Cluster], dict[str, Record]] = read_streams,
     ):
         self.reg = reg

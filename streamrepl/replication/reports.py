@@ -9,9 +9,8 @@ import socket
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer
-
 from .. import status
+from ..kafka import Producer
 from .links import Plan, Unit
 from .partitions import Partitions
 from .stats import GatewayStats

@@ -12,10 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-from .. import broker
+from .. import kafka
 from ..errors import StreamreplError
+from ..kafka import Consumer, KafkaException, TopicPartition
 from ..paths import METADATA_TOPIC
 from ..registry import Cluster
 from .links import Plan
@@ -33,7 +32,7 @@ END_CHECK_TIMEOUT = 1.0  # seconds
 class PlanWatcher:
     """`published` is the last plan read, with the destination's topics at that moment (None: none yet)."""
 
-    def __init__(self, planner: Planner, new_consumer: Callable[[Cluster], Consumer] = broker.consumer):
+    def __init__(self, planner: Planner, new_consumer: Callable[[Cluster], Consumer] = kafka.consumer):
         self.planner = planner
         self.published: tuple[Plan, set[str]] | None = None
         self.stopping = False
