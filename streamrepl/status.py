@@ -9,6 +9,8 @@ partition ends are read when `replica list` runs.
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from . import kafka, topics
@@ -18,6 +20,8 @@ from .registry import Cluster, Registry
 
 STATUS_TOPIC = "__streamrepl_status"
 BYTES_SAMPLE = 20000
+#: A gateway reports itself every few seconds (replication/reports.py); one silent for longer is taken for gone.
+LIVE_SECONDS = 15.0
 
 
 def unit_key(replica: str, upstream: str, topic: str, partition: int) -> str:
@@ -53,6 +57,25 @@ def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:
     finally:
         c.close()
     return out
+
+
+def is_live(report: dict[str, Any], now_ms: float | None = None) -> bool:
+    now_ms = time.time() * 1000 if now_ms is None else now_ms
+    return not report.get("stopped") and now_ms - report.get("updated", 0) <= LIVE_SECONDS * 1000
+
+
+def no_gateway_error(cluster: Cluster) -> str:
+    """Why nothing moves into `cluster`'s replicas when no gateway of it is alive, and since when; "" if one is."""
+    reports = list(read(cluster, "gateway|").values())
+    if any(is_live(r) for r in reports):
+        return ""
+    start = f"start one with 'streamrepl gateway start -cluster {cluster.name}'"
+    if not reports:
+        return f"no gateway has ever run for cluster {cluster.name}, so nothing is replicated into it; {start}"
+    last = max(reports, key=lambda r: r.get("updated", 0))
+    when = datetime.fromtimestamp(last.get("updated", 0) / 1000, tz=UTC).isoformat(timespec="seconds")
+    how = "stopped" if last.get("stopped") else "last reported"
+    return f"no gateway is running for cluster {cluster.name} (gateway {last.get('gateway')} {how} at {when}); {start}"
 
 
 def _replica_lists_upstream(reg: Registry, entry: dict[str, Any], src_path: str) -> tuple[bool, Record | None]:
@@ -150,6 +173,8 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
             if oldest and (not row["minPendingTS"] or oldest < row["minPendingTS"]):
                 row["minPendingTS"] = oldest
             row["maxPendingTS"] = max(row["maxPendingTS"], newest)
+    if agreed and not entry.get("paused") and not row["lasterror"]:
+        row["lasterror"] = no_gateway_error(dst_cluster)
     reports = read(dst_cluster, f"unit|{entry['path']}|{src.path}|")
     errors = [r for r in reports.values() if r.get("state") == "error"]
     if errors:

@@ -180,6 +180,7 @@ class Gateway:
         self.watcher.start()
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
+        reported_holding = (0, 0)
         started = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
         try:
@@ -196,8 +197,11 @@ class Gateway:
                     plan_applied, self._replan = published, False
                     self.apply_plan(*published)
                 busy = self.mover.move_once()
-                if now >= next_report:
-                    next_report = now + REPORT_SECONDS
+                # Report at once when what this gateway holds changed: `cluster gateway list` showed 0 slots for up
+                # to a report period after a gateway had taken its partitions up.
+                holding = (len(self.group.slots), len(self.partitions.units))
+                if now >= next_report or holding != reported_holding:
+                    next_report, reported_holding = now + REPORT_SECONDS, holding
                     self.reports.all()
                 if not busy:
                     time.sleep(IDLE_SLEEP)

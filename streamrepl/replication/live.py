@@ -1,7 +1,8 @@
 """Who is gateway for a cluster right now.
 
 Each gateway reports itself every few seconds in the destination cluster's status topic;
-a gateway whose last report is older than LIVE_SECONDS is taken for gone. (The consumer
+a gateway whose last report is older than status.LIVE_SECONDS is taken for gone, and each row says how
+old its report is (`lastseen`, seconds). (The consumer
 group the gateways share would say the same, but not every broker describes its members:
 Tansu answers with an empty member list.)
 """
@@ -14,14 +15,12 @@ from typing import Any
 from .. import status
 from ..registry import Cluster
 
-LIVE_SECONDS = 15.0
-
 
 def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
     now_ms = time.time() * 1000
     rows = []
     for rep in status.read(cluster, "gateway|").values():
-        if now_ms - rep.get("updated", 0) > LIVE_SECONDS * 1000 or rep.get("stopped"):
+        if not status.is_live(rep, now_ms):
             continue
         units = rep.get("units", [])
         rows.append(
@@ -34,6 +33,8 @@ def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
                 "partitions": len(units),
                 "applied": rep.get("applied", 0),
                 "errors": rep.get("errors", 0),
+                # how fresh the row is: a gateway killed a moment ago is listed until LIVE_SECONDS pass
+                "lastseen": round((now_ms - rep.get("updated", 0)) / 1000, 1),
                 "replicates": " ".join(units),
             }
         )
