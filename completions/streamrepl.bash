@@ -8,7 +8,7 @@ _streamrepl_subcommands() {
     case "$1" in
         '') echo 'cluster consume copystream diffstreams gateway local produce stream' ;;
         'cluster') echo 'gateway list' ;;
-        'cluster gateway') echo 'list' ;;
+        'cluster gateway') echo 'delete get list local resolve set' ;;
         'gateway') echo 'start' ;;
         'local') echo 'down status up' ;;
         'stream') echo 'assign create cursor delete edit info list replica topic upstream' ;;
@@ -26,7 +26,12 @@ _streamrepl_options() {
         '') echo '-clusters --clusters -json --json -noheader --noheader -version --version -h --help -help' ;;
         'cluster') echo '-h --help -help' ;;
         'cluster gateway') echo '-h --help -help' ;;
+        'cluster gateway delete') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'cluster gateway get') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster gateway list') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'cluster gateway local') echo '-format --format -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'cluster gateway resolve') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'cluster gateway set') echo '-dstcluster --dstcluster -gateways --gateways -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster list') echo '-timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'consume') echo '-path --path -group --group -failover --failover -offset --offset -timestamp --timestamp -partition --partition -count --count -timeout --timeout -failoverafter --failoverafter -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -75,8 +80,19 @@ _streamrepl_options() {
 _streamrepl_value() {
     case "$1|$2" in
         '|-clusters'|'|--clusters') echo 'file' ;;
+        'cluster gateway delete|-dstcluster'|'cluster gateway delete|--dstcluster') echo 'value' ;;
+        'cluster gateway delete|-clusters'|'cluster gateway delete|--clusters') echo 'file' ;;
+        'cluster gateway get|-dstcluster'|'cluster gateway get|--dstcluster') echo 'value' ;;
+        'cluster gateway get|-clusters'|'cluster gateway get|--clusters') echo 'file' ;;
         'cluster gateway list|-dstcluster'|'cluster gateway list|--dstcluster') echo 'value' ;;
         'cluster gateway list|-clusters'|'cluster gateway list|--clusters') echo 'file' ;;
+        'cluster gateway local|-format'|'cluster gateway local|--format') echo 'choice:text dns' ;;
+        'cluster gateway local|-clusters'|'cluster gateway local|--clusters') echo 'file' ;;
+        'cluster gateway resolve|-dstcluster'|'cluster gateway resolve|--dstcluster') echo 'value' ;;
+        'cluster gateway resolve|-clusters'|'cluster gateway resolve|--clusters') echo 'file' ;;
+        'cluster gateway set|-dstcluster'|'cluster gateway set|--dstcluster') echo 'value' ;;
+        'cluster gateway set|-gateways'|'cluster gateway set|--gateways') echo 'value' ;;
+        'cluster gateway set|-clusters'|'cluster gateway set|--clusters') echo 'file' ;;
         'cluster list|-timeout'|'cluster list|--timeout') echo 'value' ;;
         'cluster list|-clusters'|'cluster list|--clusters') echo 'file' ;;
         'consume|-path'|'consume|--path') echo 'value' ;;

@@ -50,7 +50,11 @@ def cluster_gateway() -> None:
 @opt("dstcluster", metavar="NAME", help="Only this destination cluster (default: all).")
 @handles_errors
 def list_cmd(dstcluster: str | None) -> None:
-    """Show the live gateways of each destination cluster and the partitions each applies."""
+    """Show the live gateways of each destination cluster and the partitions each applies.
+
+    Unlike maprcli's `cluster gateway list` (each cluster's configured list, columns cluster gatewayConfig),
+    this lists the gateways running now, with more columns; `cluster gateway get` shows a configured list.
+    """
     from ..replication.live import live_gateways
 
     reg = app().registry
@@ -59,3 +63,103 @@ def list_cmd(dstcluster: str | None) -> None:
     for name in names:
         rows.extend(live_gateways(reg.get(name)))
     output(rows)
+
+
+# maprcli's other gateway verbs. Here `set` names the gateways ALLOWED to serve a destination cluster (a gateway
+# not on the list refuses to join, one taken off it leaves: see gateway_lists.py and replication/allowlist.py).
+@cluster_gateway.command("set", context_settings=CONTEXT_SETTINGS)
+@opt("dstcluster", metavar="NAME", help="Destination cluster whose gateway list this is.")
+@opt("gateways", metavar='"ID ..."', help="Space-separated gateway ids (gateway start -id) or host names.")
+@handles_errors
+def set_cmd(dstcluster: str | None, gateways: str | None) -> None:
+    """Name the gateways allowed to serve a destination cluster (replaces its list).
+
+    A gateway whose id and host name are both off a list refuses to start, and a running one drains and
+    leaves within a few seconds. This keeps mistaken gateways out; it is no security boundary: ids are chosen
+    by whoever starts a gateway, and the broker's ACLs decide who may write at all.
+    """
+    from .. import gateway_lists
+
+    cluster = app().registry.get(require(dstcluster, "dstcluster"))
+    if gateways is None:
+        require(gateways, "gateways")
+    gateway_lists.store(cluster, gateway_lists.parse(gateways or ""))
+    output([])
+
+
+@cluster_gateway.command("get", context_settings=CONTEXT_SETTINGS)
+@opt("dstcluster", metavar="NAME", help="Destination cluster.")
+@handles_errors
+def get_cmd(dstcluster: str | None) -> None:
+    """Show the gateway list of a destination cluster (no row when none is set: any gateway may serve)."""
+    from .. import gateway_lists
+
+    cluster = app().registry.get(require(dstcluster, "dstcluster"))
+    record = gateway_lists.read(cluster)
+    rows = [{"cluster": cluster.name, "gatewayConfig": " ".join(record.get("gateways", []))}] if record else []
+    output(rows, ["cluster", "gatewayConfig"])
+
+
+@cluster_gateway.command("delete", context_settings=CONTEXT_SETTINGS)
+@opt("dstcluster", metavar="NAME", help="Destination cluster.")
+@handles_errors
+def delete_cmd(dstcluster: str | None) -> None:
+    """Delete the gateway list of a destination cluster (any gateway may serve it again); the gateways stay."""
+    from .. import gateway_lists
+
+    gateway_lists.delete(app().registry.get(require(dstcluster, "dstcluster")))
+    output([])
+
+
+@cluster_gateway.command("resolve", context_settings=CONTEXT_SETTINGS)
+@opt("dstcluster", metavar="NAME", help="Destination cluster.")
+@handles_errors
+def resolve_cmd(dstcluster: str | None) -> None:
+    """Show the gateways serving a destination cluster now: live (reported in the last 15 s) and allowed."""
+    from .. import gateway_lists
+    from ..replication.live import live_gateways
+
+    cluster = app().registry.get(require(dstcluster, "dstcluster"))
+    allowed = gateway_lists.allowed(cluster)
+    rows = [
+        {k: r[k] for k in ("cluster", "gateway", "host", "lastseen")}
+        for r in live_gateways(cluster)
+        if gateway_lists.permits(allowed, str(r["gateway"]), str(r["host"]))
+    ]
+    output(rows, ["cluster", "gateway", "host", "lastseen"])
+
+
+@cluster_gateway.command("local", context_settings=CONTEXT_SETTINGS)
+@opt(
+    "format",
+    "fmt",
+    type=click.Choice(["text", "dns"]),
+    default="text",
+    show_default=True,
+    help="text: ids on one line (for -gateways); dns: one zone-file TXT record per gateway.",
+)
+@handles_errors
+def local_cmd(fmt: str) -> None:
+    """Show the live gateways running on this host, of every cluster of the registry.
+
+    dns lines read `_streamrepl-gateway.<cluster>. 60 IN TXT "<id> <host>"`.
+    """
+    import socket
+
+    from ..replication.live import live_gateways
+
+    reg = app().registry
+    host = socket.gethostname()
+    rows = [
+        {"cluster": r["cluster"], "gateway": r["gateway"], "host": r["host"]}
+        for name in reg.clusters
+        for r in live_gateways(reg.get(name))
+        if r["host"] == host
+    ]
+    if app().mode.json:
+        output(rows)
+    elif fmt == "dns":
+        for r in rows:
+            click.echo(f'_streamrepl-gateway.{r["cluster"]}. 60 IN TXT "{r["gateway"]} {r["host"]}"')
+    else:
+        click.echo(" ".join(str(r["gateway"]) for r in rows))

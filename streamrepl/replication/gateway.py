@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable
 
 from .. import kafka, settings
-from ..errors import StreamreplError
+from ..errors import PermissionDenied, StreamreplError
 from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
+from .allowlist import AllowList
 from .cursor_sync import CursorSyncProcess
 from .links import Plan, Unit
 from .membership import SlotGroup, ensure_internal_topics, slot_of
@@ -84,6 +85,10 @@ class Gateway:
             lambda: self.plan,
             lambda: self.mover.producer,
         )
+        #: the gateway list (`cluster gateway set`): one taken off it drains and leaves
+        self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer)
+        #: why the gateway stopped serving, when the gateway list stopped it ("" otherwise)
+        self.refused = ""
         self.cursor_sync: CursorSyncProcess | None = None
         self.metrics: MetricsServer | None = None
         #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
@@ -153,6 +158,7 @@ class Gateway:
         """Stop from another thread (a signal handler only sets `stopping`: see process.py)."""
         self.stopping = True
         self.watcher.stop()
+        self.allow_list.stop()
 
     def _wait_for_destination(self) -> None:
         """A gateway is a long-running worker: a destination that does not answer yet is waited for
@@ -173,6 +179,10 @@ class Gateway:
         self._wait_for_destination()
         if self.stopping:
             return
+        refusal = self.allow_list.check_now()
+        if refusal:  # before joining the group: a gateway not on the list never takes a slot
+            raise PermissionDenied(refusal)
+        self.allow_list.start()
         self.group.join()
         # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
         self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
@@ -187,6 +197,9 @@ class Gateway:
             while not self.stopping:
                 now = time.monotonic()
                 if max_seconds is not None and now - started > max_seconds:
+                    break
+                if self.allow_list.refusal:
+                    self.refused = self.allow_list.refusal
                     break
                 self.group.poll()  # drives heartbeats and rebalances
                 if self.mover.restart_pending and now >= next_gate_check:
@@ -210,6 +223,7 @@ class Gateway:
 
     def shutdown(self) -> None:
         self.watcher.stop()
+        self.allow_list.stop()
         if self.cursor_sync is not None:
             self.cursor_sync.stop(timeout=5)
         log.info("gateway %s stopping", self.id)

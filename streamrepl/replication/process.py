@@ -38,4 +38,5 @@ def run_foreground(
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    # Taken off the gateway list: not a clean stop, so that a supervisor shows it (the log says why).
+    os._exit(1 if gw.refused else 0)

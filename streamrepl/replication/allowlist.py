@@ -1,0 +1,94 @@
+"""Whether this gateway is still allowed to serve its cluster (`cluster gateway set`; see gateway_lists.py).
+
+A gateway checks once before it joins the slot group (check_now: one not on the list never takes a slot), then
+follows the status topic in a thread of its own: reading the whole topic every few seconds would cost more and
+more as the gateways' reports pile up, so the thread reads on from where it was and judges the list each time it
+has read to the end (a list read half-way, an older one, must not stop a gateway the newer one allows).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import cast
+
+from .. import gateway_lists, kafka, status
+from ..kafka import Consumer, TopicPartition
+from ..registry import Cluster
+
+log = logging.getLogger("streamrepl.gateway")
+
+#: how long one read of the status topic waits for records; the list is judged at least this often
+CHECK_SECONDS = 1.0
+
+
+class AllowList:
+    """`refusal` is why this gateway may no longer serve ("" while it may); the gateway's loop reads it."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        gateway_id: str,
+        host: str,
+        new_consumer: Callable[..., Consumer] = kafka.consumer,
+        read_list: Callable[[Cluster], list[str]] = gateway_lists.allowed,
+    ):
+        self.cluster = cluster
+        self.gateway_id = gateway_id
+        self.host = host
+        self.refusal = ""
+        self.stopping = False
+        self._new_consumer = new_consumer
+        self._read_list = read_list
+        self._thread: threading.Thread | None = None
+
+    def check_now(self) -> str:
+        """Read the list to its end now; the refusal ("" when allowed)."""
+        self.refusal = self._judge(self._read_list(self.cluster))
+        return self.refusal
+
+    def _judge(self, gateways: list[str]) -> str:
+        return gateway_lists.refusal(self.cluster.name, gateways, self.gateway_id, self.host)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._follow, name="gateway-list", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def _follow(self) -> None:
+        consumer = self._new_consumer(self.cluster)
+        try:
+            consumer.assign([TopicPartition(status.STATUS_TOPIC, 0, 0)])
+            gateways: list[str] = []
+            while not self.stopping:
+                try:
+                    gateways, at_end = self.read_on(consumer, gateways)
+                except Exception:  # noqa: BLE001 - the check must outlive a bad read; the gateway keeps serving
+                    log.exception("reading the gateway list failed")
+                    continue
+                if at_end:
+                    refusal = self._judge(gateways)
+                    if refusal and not self.refusal:
+                        log.warning("%s: stopping", refusal)
+                    self.refusal = refusal
+        finally:
+            consumer.close()
+
+    @staticmethod
+    def read_on(consumer: Consumer, gateways: list[str]) -> tuple[list[str], bool]:
+        """The list after the records read now, and whether the topic was read to its end."""
+        at_end = False
+        for m in consumer.consume(1000, timeout=CHECK_SECONDS):
+            err = m.error()
+            if err is not None:
+                at_end = at_end or kafka.is_partition_eof(err)
+                continue
+            at_end = False  # records after an end seen in this batch: judge after the next end
+            if m.key() == gateway_lists.CONFIG_KEY.encode():
+                value = m.value()
+                gateways = list(json.loads(cast(bytes, value)).get("gateways", [])) if value is not None else []
+        return gateways, at_end

@@ -1,0 +1,105 @@
+"""AllowList and gateway_lists with fake clients: which gateway a list allows, and that the running check judges a
+list only once it has read the status topic to its end."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from streamrepl import gateway_lists
+from streamrepl.errors import InvalidArgument
+from streamrepl.kafka import KafkaError
+from streamrepl.registry import Cluster
+from streamrepl.replication.allowlist import AllowList
+
+
+class Msg:
+    def __init__(self, key: str | None = None, value: Any = "absent", eof: bool = False):
+        self._key = key.encode() if key else None
+        self._value = None if value is None else json.dumps(value).encode()
+        self._eof = eof
+
+    def error(self) -> KafkaError | None:
+        return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
+class FakeConsumer:
+    def __init__(self, batches: list[list[Msg]]):
+        self.batches = batches
+        self.closed = False
+
+    def assign(self, parts: list) -> None:
+        pass
+
+    def consume(self, n: int, timeout: float) -> list[Msg]:
+        if self.batches:
+            return self.batches.pop(0)
+        time.sleep(0.01)
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+CLUSTER = Cluster("newyork", {"bootstrap.servers": "127.0.0.1:1"})
+KEY = gateway_lists.CONFIG_KEY
+
+
+def test_parse_checks_entries() -> None:
+    assert gateway_lists.parse(" gw1\tgw2.example.com  h-3 ") == ["gw1", "gw2.example.com", "h-3"]
+    for bad, says in [("", "at least one"), ("a a", "more than once"), ("a b/c", "b/c"), ("a,b", "a,b")]:
+        with pytest.raises(InvalidArgument, match=says):
+            gateway_lists.parse(bad)
+
+
+def test_an_entry_matches_the_id_or_the_host() -> None:
+    assert gateway_lists.permits([], "any", "host")
+    assert gateway_lists.permits(["gw1"], "gw1", "host")
+    assert gateway_lists.permits(["host"], "gw9", "host")
+    assert not gateway_lists.permits(["gw1"], "gw9", "host")
+    assert "not on the gateway list of cluster newyork (gw1)" in gateway_lists.refusal("newyork", ["gw1"], "x", "h")
+
+
+def test_check_now_reads_the_stored_list() -> None:
+    allow = AllowList(CLUSTER, "gw9", "host", read_list=lambda c: ["gw1"])
+    assert "gw9" in allow.check_now() and allow.refusal
+    assert AllowList(CLUSTER, "gw1", "host", read_list=lambda c: ["gw1"]).check_now() == ""
+
+
+def test_the_list_is_judged_only_at_the_end_of_the_topic() -> None:
+    # An older list without gw1, then the newer one with it, in the same read: never refused.
+    batches = [
+        [Msg(KEY, {"gateways": ["gw2"]}), Msg("gateway|gw2", {"x": 1})],
+        [Msg(KEY, {"gateways": ["gw1", "gw2"]}), Msg(eof=True)],
+        [Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)],  # then gw1 is taken off
+    ]
+    consumer = FakeConsumer(batches[:2])
+    allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
+    gateways, at_end = AllowList.read_on(consumer, [])  # type: ignore[arg-type]
+    assert (gateways, at_end) == (["gw2"], False)
+    gateways, at_end = AllowList.read_on(consumer, gateways)  # type: ignore[arg-type]
+    assert (gateways, at_end) == (["gw1", "gw2"], True)
+    assert allow._judge(gateways) == ""
+
+    consumer = FakeConsumer(list(batches))
+    allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
+    allow.start()
+    deadline = time.monotonic() + 5
+    while not allow.refusal and time.monotonic() < deadline:
+        time.sleep(0.01)
+    allow.stop()
+    assert "gw1" in allow.refusal
+
+
+def test_a_tombstone_allows_every_gateway() -> None:
+    consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(KEY, None), Msg(eof=True)]])
+    assert AllowList.read_on(consumer, []) == ([], True)  # type: ignore[arg-type]
