@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import cast
 
@@ -69,6 +70,7 @@ class AllowList:
                     gateways, at_end = self.read_on(consumer, gateways)
                 except Exception:  # noqa: BLE001 - the check must outlive a bad read; the gateway keeps serving
                     log.exception("reading the gateway list failed")
+                    time.sleep(CHECK_SECONDS)  # not a busy loop of the same error
                     continue
                 if at_end:
                     refusal = self._judge(gateways)
