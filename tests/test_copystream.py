@@ -380,8 +380,8 @@ def test_the_lock_of_a_run_killed_on_this_host_is_taken_at_once(env: Env) -> Non
     crashed.acquire()
     taker = CopyLock(r, "/sanfrancisco/y")
     taker.acquire()  # no CopyLocked, though the crashed run's lock had 120 s to go
-    crashed = r.store.get("/crashed")
-    assert crashed is not None and crashed.copylock is not None and crashed.copylock["owner"] == taker.owner
+    rec = r.store.get("/crashed")
+    assert rec is not None and rec.copylock is not None and rec.copylock["owner"] == taker.owner
     taker.release()
     on_cluster = CopyLock(r, "/sanfrancisco/x", local=False)
     on_cluster.owner = crashed.owner
