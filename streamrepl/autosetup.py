@@ -26,23 +26,20 @@ from . import replicas, streams
 from .bulk.copystream import copystream
 from .bulk.spark import check_spark_options
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
+from .model import Replica, ReplicaState
 from .registry import Registry
 
-CREATE_SCHEDULE = "REPLICA_STATE_CREATE_SCHEDULE"
-COPY_IN_PROGRESS = "REPLICA_STATE_COPY_IN_PROGRESS"
-REPLICATING = replicas.STATE_REPLICATING
 
-
-def _entry(reg: Registry, src: str, dst: str) -> dict[str, Any] | None:
+def _entry(reg: Registry, src: str, dst: str) -> Replica | None:
     s, rec = streams.load(reg, src)
     d = streams.resolve(reg, dst)
-    return next((e for e in rec.get("replicas", []) if e["path"] == str(d.path)), None)
+    return rec.replica(str(d.path))
 
 
 def _has_upstream(reg: Registry, dst: str, src: str) -> bool:
     _, rec = streams.load(reg, dst)
     s = streams.resolve(reg, src)
-    return any(u["path"] == str(s.path) for u in rec.get("upstreams", []))
+    return rec.upstream(str(s.path)) is not None
 
 
 def autosetup(
@@ -67,7 +64,7 @@ def autosetup(
     if dst.path == src.path:
         raise InvalidArgument(f"stream {src.path} cannot be its own replica")
     entry = _entry(reg, path, replica)
-    resuming = entry is not None and entry.get("state") in (CREATE_SCHEDULE, COPY_IN_PROGRESS)
+    resuming = entry is not None and entry.state in (ReplicaState.CREATE_SCHEDULE, ReplicaState.COPY_IN_PROGRESS)
     if entry is not None and not resuming:
         raise AlreadyExists(f"stream {dst.path} is already a replica of {src.path}; see 'stream replica list'")
     exists = dst.store.get(dst.path.path) is not None
@@ -89,14 +86,14 @@ def autosetup(
             synchronous=synchronous,
             networkencryption=networkencryption,
             networkcompression=networkcompression,
-            state=CREATE_SCHEDULE,
+            state=ReplicaState.CREATE_SCHEDULE,
         )
     if not _has_upstream(reg, str(dst.path), str(src.path)):
         say(f"declaring {src.path} an upstream of {dst.path}")
         replicas.upstream_add(reg, str(dst.path), str(src.path))
     copied: dict[str, Any] = {}
     if directcopy:
-        replicas.set_state(reg, str(src.path), str(dst.path), COPY_IN_PROGRESS)
+        replicas.set_state(reg, str(src.path), str(dst.path), ReplicaState.COPY_IN_PROGRESS)
         say(f"copying the existing data of {src.path} into {dst.path}")
         result = copystream(reg, str(src.path), str(dst.path), master=master)
         copied = result.row()
@@ -120,7 +117,7 @@ def autosetup(
             say(f"declaring {dst.path} an upstream of {src.path}")
             replicas.upstream_add(reg, str(src.path), str(dst.path))
     try:
-        replicas.set_state(reg, str(src.path), str(dst.path), REPLICATING)
+        replicas.set_state(reg, str(src.path), str(dst.path), ReplicaState.REPLICATING)
         final = replicas.set_paused(reg, str(src.path), str(dst.path), False)
     except NotFound:
         raise StreamreplError(f"replica {dst.path} was removed while autosetup ran; autosetup stopped") from None
@@ -128,7 +125,7 @@ def autosetup(
     return {
         "path": str(src.path),
         "replica": str(dst.path),
-        "replicaState": final.get("state"),
+        "replicaState": str(final.state),
         "multimaster": multimaster,
         **copied,
     }

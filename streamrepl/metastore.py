@@ -14,7 +14,6 @@ favour of a losing one written later with the same key.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import time
@@ -24,11 +23,13 @@ from typing import Any, cast
 
 from . import kafka
 from .errors import ConcurrentEdit
+from .model import Stream
 from .paths import METADATA_TOPIC
 from .registry import Cluster
 
+#: A stored record as JSON: read and written here alone (model.Stream converts it).
 Record = dict[str, Any]
-Edit = Callable[[Record | None], Record | None]
+Edit = Callable[[Stream | None], Stream | None]
 
 MAX_ATTEMPTS = 8
 
@@ -54,6 +55,11 @@ def _fold(state: dict[str, Record], key: bytes | None, value: bytes | None, offs
     rec["_key"] = text_key
     state[path] = rec
     return path
+
+
+def _stream(rec: Record) -> Stream:
+    """The typed stream of a folded record (without the reader's own `_offset` and `_key`)."""
+    return Stream.from_json({k: v for k, v in rec.items() if not k.startswith("_")})
 
 
 class MetaStore:
@@ -87,13 +93,13 @@ class MetaStore:
         finally:
             c.close()
 
-    def streams(self) -> dict[str, Record]:
+    def streams(self) -> dict[str, Stream]:
         """Every live stream of the cluster, by path."""
-        return {p: r for p, r in self._read().items() if not r.get("deleted")}
+        return {p: _stream(r) for p, r in self._read().items() if not r.get("deleted")}
 
-    def get(self, path: str) -> Record | None:
+    def get(self, path: str) -> Stream | None:
         rec = self._read().get(path)
-        return None if rec is None or rec.get("deleted") else rec
+        return None if rec is None or rec.get("deleted") else _stream(rec)
 
     # -- writing ---------------------------------------------------------------------
     def _ensure_topic(self) -> None:
@@ -136,7 +142,7 @@ class MetaStore:
             raise kafka.unreachable(self.cluster, "writing stream metadata")
         return offsets[-1], key
 
-    def update(self, path: str, edit: Edit) -> Record | None:
+    def update(self, path: str, edit: Edit) -> Stream | None:
         """Apply `edit` to the current record of `path` (None when absent) and store the result.
 
         `edit` returns the new record, or None to delete the stream; it may raise a
@@ -148,11 +154,11 @@ class MetaStore:
             state = self._read()
             current = state.get(path)
             live = None if current is None or current.get("deleted") else current
-            new = edit(copy.deepcopy(live))
+            new = edit(None if live is None else _stream(live))
             if new is None and live is None:
                 return None
             version = (current["version"] if current else 0) + 1
-            rec = {"deleted": True, "path": path} if new is None else dict(new)
+            rec = {"deleted": True, "path": path} if new is None else new.to_json()
             rec["version"] = version
             rec["path"] = path
             rec["updated"] = int(time.time() * 1000)
@@ -160,7 +166,7 @@ class MetaStore:
             after = self._read(until=offset)
             won = after.get(path)
             if won is not None and won.get("_key") == key:
-                return None if new is None else won
+                return None if new is None else _stream(won)
             time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise ConcurrentEdit(
             f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time; try again"

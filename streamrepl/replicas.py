@@ -7,33 +7,27 @@ needs adminperm on R). Gateways apply nothing until both halves are there.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import status as link_status
 from .errors import AlreadyExists, InvalidArgument, LimitExceeded, NotFound
-from .metastore import Record
+from .model import Replica, ReplicaState, Stream, Upstream
 from .registry import Registry
 from .streams import KAFKA_COMPRESSION, Resolved, check_perm, load, resolve
 
 MAX_REPLICAS = 64
 MAX_UPSTREAMS = 64
 
-STATE_REPLICATING = "REPLICA_STATE_REPLICATING"
-STATE_ERROR = "REPLICA_STATE_ERROR"
-STATE_WAITING = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
+
+def _next_idx(entries: Sequence[Replica | Upstream]) -> int:
+    return max((e.idx for e in entries), default=0) + 1
 
 
-def _find(entries: list[dict[str, Any]], path: str) -> dict[str, Any] | None:
-    return next((e for e in entries if e["path"] == path), None)
-
-
-def _next_idx(entries: list[dict[str, Any]]) -> int:
-    return max((e.get("idx", 0) for e in entries), default=0) + 1
-
-
-def _compression(value: str | None, rec: Record) -> str:
-    v = (value or rec.get("compression") or "lz4").lower()
+def _compression(value: str | None, rec: Stream) -> str:
+    v = (value or rec.settings.compression or "lz4").lower()
     if v == "inherit":
         v = "lz4"
     if v == "lzf":
@@ -51,7 +45,7 @@ def _check_encryption(reg: Registry, src: Resolved, dst: Resolved, wanted: bool 
         )
 
 
-def _pair(reg: Registry, path: str, replica: str) -> tuple[Resolved, Record, Resolved, Record]:
+def _pair(reg: Registry, path: str, replica: str) -> tuple[Resolved, Stream, Resolved, Stream]:
     if not replica:
         raise InvalidArgument("missing -replica; give the replica stream's path")
     src, srec = load(reg, path)
@@ -71,68 +65,68 @@ def add(
     synchronous: bool = False,
     networkencryption: bool = False,
     networkcompression: str | None = None,
-    state: str = STATE_REPLICATING,
-) -> dict[str, Any]:
+    state: ReplicaState = ReplicaState.REPLICATING,
+) -> Replica:
     src, srec, dst, drec = _pair(reg, path, replica)
     check_perm(srec, "adminperm", src.path, "add replicas")
     _check_encryption(reg, src, dst, networkencryption)
     compression = _compression(networkcompression, srec)
 
-    def register(current: Record | None) -> Record:
+    def register(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {src.path} was deleted meanwhile")
-        replicas = current.setdefault("replicas", [])
-        if _find(replicas, str(dst.path)):
+        replicas = current.replicas
+        if current.replica(str(dst.path)):
             raise AlreadyExists(f"stream {dst.path} is already a replica of {src.path}")
         if len(replicas) >= MAX_REPLICAS:
             raise LimitExceeded(f"stream {src.path} already has {MAX_REPLICAS} replicas, the most a stream can have")
         replicas.append(
-            {
-                "path": str(dst.path),
-                "cluster": dst.cluster.name,
-                "stream": dst.path.path,
-                "uuid": drec["uuid"],
-                "idx": _next_idx(replicas),
-                "paused": paused,
-                "throttle": throttle,
-                "synchronous": synchronous,
-                "networkencryption": networkencryption,
-                "networkcompression": compression,
-                "state": state,
-                "added": int(time.time() * 1000),
-            }
+            Replica(
+                path=str(dst.path),
+                cluster=dst.cluster.name,
+                stream=dst.path.path,
+                uuid=drec.uuid,
+                idx=_next_idx(replicas),
+                paused=paused,
+                throttle=throttle,
+                synchronous=synchronous,
+                networkencryption=networkencryption,
+                networkcompression=compression,
+                state=state,
+                added=int(time.time() * 1000),
+            )
         )
         return current
 
     out = src.store.update(src.path.path, register)
     assert out is not None
-    entry = _find(out["replicas"], str(dst.path))
+    entry = out.replica(str(dst.path))
     assert entry is not None
     return entry
 
 
-def _change(reg: Registry, path: str, replica: str, action: str, change: Any) -> dict[str, Any]:
+def _change(reg: Registry, path: str, replica: str, action: str, change: Callable[[Replica], None]) -> Replica:
     src, srec = load(reg, path)
     if not replica:
         raise InvalidArgument("missing -replica; give the replica stream's path")
     dst = resolve(reg, replica)
     check_perm(srec, "adminperm", src.path, action)
-    if _find(srec.get("replicas", []), str(dst.path)) is None:
+    if srec.replica(str(dst.path)) is None:
         raise NotFound(f"stream {dst.path} is not a replica of {src.path}; see 'streamrepl stream replica list'")
-    result: dict[str, Any] = {}
+    result: list[Replica] = []
 
-    def apply(current: Record | None) -> Record:
+    def apply(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {src.path} was deleted meanwhile")
-        entry = _find(current.get("replicas", []), str(dst.path))
+        entry = current.replica(str(dst.path))
         if entry is None:
             raise NotFound(f"stream {dst.path} is not a replica of {src.path}")
-        change(current, entry)
-        result.update(entry)
+        change(entry)
+        result[:] = [dataclasses.replace(entry)]
         return current
 
     src.store.update(src.path.path, apply)
-    return result
+    return result[0]
 
 
 def edit(
@@ -144,50 +138,52 @@ def edit(
     synchronous: bool | None = None,
     networkencryption: bool | None = None,
     networkcompression: str | None = None,
-) -> dict[str, Any]:
+) -> Replica:
     if all(v is None for v in (newreplica, throttle, synchronous, networkencryption, networkcompression)):
         raise InvalidArgument(
             "nothing to change; give -newreplica, -throttle, -synchronous, -networkencryption or -networkcompression"
         )
     src, srec = load(reg, path)
-    new_entry: dict[str, Any] = {}
+    moved: Replica | None = None  # the replica -newreplica names instead
     if newreplica:
         new_r, new_rec = load(reg, newreplica)
         if new_r.path == src.path:
             raise InvalidArgument(f"stream {src.path} cannot be its own replica")
-        if _find(srec.get("replicas", []), str(new_r.path)):
+        if srec.replica(str(new_r.path)):
             raise AlreadyExists(f"stream {new_r.path} is already a replica of {src.path}")
-        new_entry = {
-            "path": str(new_r.path),
-            "cluster": new_r.cluster.name,
-            "stream": new_r.path.path,
-            "uuid": new_rec["uuid"],
-        }
+        moved = Replica(path=str(new_r.path), cluster=new_r.cluster.name, stream=new_r.path.path, uuid=new_rec.uuid)
         _check_encryption(reg, src, new_r, networkencryption)
     else:
         _check_encryption(reg, src, resolve(reg, replica), networkencryption)
     compression = _compression(networkcompression, srec) if networkcompression else None
 
-    def change(_: Record, e: dict[str, Any]) -> None:
-        for k, v in (
-            ("throttle", throttle),
-            ("synchronous", synchronous),
-            ("networkencryption", networkencryption),
-            ("networkcompression", compression),
-        ):
-            if v is not None:
-                e[k] = v
-        e.update(new_entry)
+    def change(e: Replica) -> None:
+        if throttle is not None:
+            e.throttle = throttle
+        if synchronous is not None:
+            e.synchronous = synchronous
+        if networkencryption is not None:
+            e.networkencryption = networkencryption
+        if compression is not None:
+            e.networkcompression = compression
+        if moved is not None:
+            e.path, e.cluster, e.stream, e.uuid = moved.path, moved.cluster, moved.stream, moved.uuid
 
     return _change(reg, path, replica, "edit replicas", change)
 
 
-def set_paused(reg: Registry, path: str, replica: str, paused: bool) -> dict[str, Any]:
-    return _change(reg, path, replica, "pause or resume replication", lambda _, e: e.update(paused=paused))
+def set_paused(reg: Registry, path: str, replica: str, paused: bool) -> Replica:
+    def change(e: Replica) -> None:
+        e.paused = paused
+
+    return _change(reg, path, replica, "pause or resume replication", change)
 
 
-def set_state(reg: Registry, path: str, replica: str, state: str) -> dict[str, Any]:
-    return _change(reg, path, replica, "change replication", lambda _, e: e.update(state=state))
+def set_state(reg: Registry, path: str, replica: str, state: ReplicaState) -> Replica:
+    def change(e: Replica) -> None:
+        e.state = state
+
+    return _change(reg, path, replica, "change replication", change)
 
 
 def remove(reg: Registry, path: str, replica: str) -> None:
@@ -196,20 +192,20 @@ def remove(reg: Registry, path: str, replica: str) -> None:
         raise InvalidArgument("missing -replica; give the replica stream's path")
     dst = resolve(reg, replica)
     check_perm(srec, "adminperm", src.path, "remove replicas")
-    if _find(srec.get("replicas", []), str(dst.path)) is None:
+    if srec.replica(str(dst.path)) is None:
         raise NotFound(f"stream {dst.path} is not a replica of {src.path}")
 
-    def drop(current: Record | None) -> Record:
+    def drop(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {src.path} was deleted meanwhile")
-        current["replicas"] = [e for e in current.get("replicas", []) if e["path"] != str(dst.path)]
+        current.replicas = [e for e in current.replicas if e.path != str(dst.path)]
         return current
 
     src.store.update(src.path.path, drop)
 
 
 # -- upstreams ----------------------------------------------------------------------------
-def upstream_add(reg: Registry, path: str, upstream: str) -> dict[str, Any]:
+def upstream_add(reg: Registry, path: str, upstream: str) -> Upstream:
     if not upstream:
         raise InvalidArgument("missing -upstream; give the upstream stream's path")
     dst, drec = load(reg, path)
@@ -219,28 +215,28 @@ def upstream_add(reg: Registry, path: str, upstream: str) -> dict[str, Any]:
     _, urec = load(reg, upstream)
     check_perm(drec, "adminperm", dst.path, "add upstreams")
 
-    def register(current: Record | None) -> Record:
+    def register(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {dst.path} was deleted meanwhile")
-        ups = current.setdefault("upstreams", [])
-        if _find(ups, str(up.path)):
+        ups = current.upstreams
+        if current.upstream(str(up.path)):
             raise AlreadyExists(f"stream {up.path} is already an upstream of {dst.path}")
         if len(ups) >= MAX_UPSTREAMS:
             raise LimitExceeded(f"stream {dst.path} already has {MAX_UPSTREAMS} upstreams, the most a stream can have")
         ups.append(
-            {
-                "path": str(up.path),
-                "cluster": up.cluster.name,
-                "stream": up.path.path,
-                "uuid": urec["uuid"],
-                "idx": _next_idx(ups),
-            }
+            Upstream(
+                path=str(up.path),
+                cluster=up.cluster.name,
+                stream=up.path.path,
+                uuid=urec.uuid,
+                idx=_next_idx(ups),
+            )
         )
         return current
 
     out = dst.store.update(dst.path.path, register)
     assert out is not None
-    entry = _find(out["upstreams"], str(up.path))
+    entry = out.upstream(str(up.path))
     assert entry is not None
     return entry
 
@@ -251,13 +247,13 @@ def upstream_remove(reg: Registry, path: str, upstream: str) -> None:
     dst, drec = load(reg, path)
     up = resolve(reg, upstream)
     check_perm(drec, "adminperm", dst.path, "remove upstreams")
-    if _find(drec.get("upstreams", []), str(up.path)) is None:
+    if drec.upstream(str(up.path)) is None:
         raise NotFound(f"stream {up.path} is not an upstream of {dst.path}")
 
-    def drop(current: Record | None) -> Record:
+    def drop(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {dst.path} was deleted meanwhile")
-        current["upstreams"] = [e for e in current.get("upstreams", []) if e["path"] != str(up.path)]
+        current.upstreams = [e for e in current.upstreams if e.path != str(up.path)]
         return current
 
     dst.store.update(dst.path.path, drop)
@@ -266,8 +262,7 @@ def upstream_remove(reg: Registry, path: str, upstream: str) -> None:
 def upstream_list(reg: Registry, path: str) -> list[dict[str, Any]]:
     _, rec = load(reg, path)
     return [
-        {"cluster": e["cluster"], "stream": e["stream"], "path": e["path"], "idx": e["idx"], "uuid": e["uuid"]}
-        for e in rec.get("upstreams", [])
+        {"cluster": e.cluster, "stream": e.stream, "path": e.path, "idx": e.idx, "uuid": e.uuid} for e in rec.upstreams
     ]
 
 
@@ -275,20 +270,20 @@ def upstream_list(reg: Registry, path: str) -> list[dict[str, Any]]:
 def list_replicas(reg: Registry, path: str, refreshnow: bool = False) -> list[dict[str, Any]]:
     src, srec = load(reg, path)
     rows = []
-    for e in srec.get("replicas", []):
+    for e in srec.replicas:
         row: dict[str, Any] = {
-            "cluster": e["cluster"],
-            "stream": e["stream"],
+            "cluster": e.cluster,
+            "stream": e.stream,
             "type": "Stream",
-            "replicaPath": e["path"],
-            "replicaState": e.get("state", STATE_REPLICATING),
-            "paused": e["paused"],
-            "throttle": e["throttle"],
-            "idx": e["idx"],
-            "networkencryption": e["networkencryption"],
-            "synchronous": e["synchronous"],
-            "networkcompression": e["networkcompression"],
-            "uuid": e["uuid"],
+            "replicaPath": e.path,
+            "replicaState": str(e.state),
+            "paused": e.paused,
+            "throttle": e.throttle,
+            "idx": e.idx,
+            "networkencryption": e.networkencryption,
+            "synchronous": e.synchronous,
+            "networkcompression": e.networkcompression,
+            "uuid": e.uuid,
         }
         row.update(link_status.link_row(reg, src, srec, e))
         rows.append(row)

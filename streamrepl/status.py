@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from . import kafka, topics
-from .metastore import MetaStore, Record
+from .metastore import MetaStore
+from .model import Replica, ReplicaState, Stream
 from .paths import StreamPath, kafka_topic_name
 from .registry import Cluster, Registry
 
@@ -78,15 +79,15 @@ def no_gateway_error(cluster: Cluster) -> str:
     return f"no gateway is running for cluster {cluster.name} (gateway {last.get('gateway')} {how} at {when}); {start}"
 
 
-def _replica_lists_upstream(reg: Registry, entry: dict[str, Any], src_path: str) -> tuple[bool, Record | None]:
+def _replica_lists_upstream(reg: Registry, entry: Replica, src_path: str) -> tuple[bool, Stream | None]:
     try:
-        cluster = reg.get(entry["cluster"])
+        cluster = reg.get(entry.cluster)
     except Exception:  # noqa: BLE001
         return False, None
-    rec = MetaStore(cluster).get(entry["stream"])
+    rec = MetaStore(cluster).get(entry.stream)
     if rec is None:
         return False, None
-    return any(u["path"] == src_path for u in rec.get("upstreams", [])), rec
+    return rec.upstream(src_path) is not None, rec
 
 
 def _pending_detail(cluster: Cluster, tp: tuple[str, int], start: int, end: int) -> tuple[int, int, int]:
@@ -120,7 +121,7 @@ def _pending_detail(cluster: Cluster, tp: tuple[str, int], start: int, end: int)
     return total, oldest, newest
 
 
-def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> dict[str, Any]:
+def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str, Any]:
     """Pending work, state and last error of the link from `src` to the replica `entry`."""
     row: dict[str, Any] = {
         "isUptodate": False,
@@ -133,32 +134,32 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
     }
     agreed, drec = _replica_lists_upstream(reg, entry, str(src.path))
     if drec is None:
-        row["replicaState"] = "REPLICA_STATE_ERROR"
-        row["lasterror"] = f"replica stream {entry['path']} does not exist"
+        row["replicaState"] = str(ReplicaState.ERROR)
+        row["lasterror"] = f"replica stream {entry.path} does not exist"
         return row
-    if entry.get("uuid") and drec.get("uuid") != entry["uuid"]:
-        row["replicaState"] = "REPLICA_STATE_ERROR"
+    if entry.uuid and drec.uuid != entry.uuid:
+        row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = (
-            f"replica stream {entry['path']} was deleted and created again (uuid {entry['uuid']}, now"
-            f" {drec.get('uuid')}): it is another stream; run 'streamrepl stream replica remove -path {src.path}"
-            f" -replica {entry['path']}', then add it again"
+            f"replica stream {entry.path} was deleted and created again (uuid {entry.uuid}, now"
+            f" {drec.uuid}): it is another stream; run 'streamrepl stream replica remove -path {src.path}"
+            f" -replica {entry.path}', then add it again"
         )
         return row
     if not agreed:
-        row["replicaState"] = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
+        row["replicaState"] = str(ReplicaState.WAITING_FOR_UPSTREAM)
         row["lasterror"] = (
             f"waiting for the replica to accept this upstream: run 'streamrepl stream upstream add"
-            f" -path {entry['path']} -upstream {src.path}'"
+            f" -path {entry.path} -upstream {src.path}'"
         )
     srec = topics.adopt_strays(src, srec)
     unadopted = topics.strays(src, srec)
     if unadopted:
         row["lasterror"] = topics.unadopted_warning(src, unadopted)
-    dst_cluster = reg.get(entry["cluster"])
-    dst_path = StreamPath(entry["cluster"], entry["stream"])
+    dst_cluster = reg.get(entry.cluster)
+    dst_path = StreamPath(entry.cluster, entry.stream)
     pairs = []
-    for topic, meta in srec.get("topics", {}).items():
-        for p in range(meta["partitions"]):
+    for topic, meta in srec.topics.items():
+        for p in range(meta.partitions):
             pairs.append((topic, p))
     src_ends = kafka.partition_ends(src.cluster, [(kafka_topic_name(src.path, t), p) for t, p in pairs])
     dst_ends = kafka.partition_ends(dst_cluster, [(kafka_topic_name(dst_path, t), p) for t, p in pairs])
@@ -173,13 +174,13 @@ def link_row(reg: Registry, src: Any, srec: Record, entry: dict[str, Any]) -> di
             if oldest and (not row["minPendingTS"] or oldest < row["minPendingTS"]):
                 row["minPendingTS"] = oldest
             row["maxPendingTS"] = max(row["maxPendingTS"], newest)
-    if agreed and not entry.get("paused") and not row["lasterror"]:
+    if agreed and not entry.paused and not row["lasterror"]:
         row["lasterror"] = no_gateway_error(dst_cluster)
-    reports = read(dst_cluster, f"unit|{entry['path']}|{src.path}|")
+    reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
     errors = [r for r in reports.values() if r.get("state") == "error"]
     if errors:
         worst = max(errors, key=lambda r: r.get("updated", 0))
-        row["replicaState"] = "REPLICA_STATE_ERROR"
+        row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = worst.get("error", "")
         row["errorPartitions"] = len(errors)
     row["isUptodate"] = agreed and not errors and not unadopted and row["putsPending"] == 0

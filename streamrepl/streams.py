@@ -18,6 +18,7 @@ the ACEs) live only in the stream's metadata record.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import uuid
@@ -26,30 +27,19 @@ from typing import Any
 
 from . import ace, kafka
 from .errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
-from .metastore import MetaStore, Record
+from .metastore import MetaStore
+from .model import Aces, Settings, Stream
 from .paths import StreamPath, kafka_topic_name, parse_stream
 from .registry import Cluster, Registry
 
-PERMS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")
+PERMS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")  # the fields of model.Aces
 KAFKA_COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "snappy": "snappy", "zstd": "zstd"}
 TIMESTAMP_TYPES = {"createtime": "CreateTime", "logappendtime": "LogAppendTime"}
-DEFAULTS: dict[str, Any] = {
-    "ttl": 604800,
-    "autocreate": True,
-    "defaultpartitions": 1,
-    "compression": "inherit",
-    "defaulttimestamptype": "createtime",
-    "compact": False,
-    "mincompactionlag": 0,
-    "deleteretention": 86400000,
-}
 MAX_LONG = 2**63 - 1
 #: Kafka counts partitions in a 32-bit integer.
 MAX_PARTITIONS = 2**31 - 1
 #: Settings a Kafka topic config holds as a 64-bit number (ttl in milliseconds).
 MAXIMA = {"ttl": MAX_LONG // 1000, "mincompactionlag": MAX_LONG, "deleteretention": MAX_LONG}
-#: Settings that -copymetafrom carries over (not the UUID, topics, replicas or upstreams).
-COPIED = tuple(DEFAULTS) + PERMS
 
 
 @dataclass(frozen=True)
@@ -67,7 +57,7 @@ def resolve(reg: Registry, text: str) -> Resolved:
     return Resolved(sp, reg.get(sp.cluster))
 
 
-def load(reg: Registry, text: str) -> tuple[Resolved, Record]:
+def load(reg: Registry, text: str) -> tuple[Resolved, Stream]:
     r = resolve(reg, text)
     rec = r.store.get(r.path.path)
     if rec is None:
@@ -111,26 +101,32 @@ def check_partitions(n: int, option: str) -> int:
     return n
 
 
-def kafka_configs(rec: Record, timestamptype: str | None = None) -> dict[str, str]:
+def kafka_configs(s: Settings, timestamptype: str | None = None) -> dict[str, str]:
     conf = {
-        "retention.ms": str(rec["ttl"] * 1000 if rec["ttl"] > 0 else -1),
-        "message.timestamp.type": TIMESTAMP_TYPES[timestamptype or rec["defaulttimestamptype"]],
-        "cleanup.policy": "compact" if rec.get("compact") else "delete",
-        "min.compaction.lag.ms": str(rec.get("mincompactionlag", 0)),
-        "delete.retention.ms": str(rec.get("deleteretention", 86400000)),
+        "retention.ms": str(s.ttl * 1000 if s.ttl > 0 else -1),
+        "message.timestamp.type": TIMESTAMP_TYPES[timestamptype or s.defaulttimestamptype],
+        "cleanup.policy": "compact" if s.compact else "delete",
+        "min.compaction.lag.ms": str(s.mincompactionlag),
+        "delete.retention.ms": str(s.deleteretention),
     }
-    if rec.get("compression", "inherit") != "inherit":
-        conf["compression.type"] = KAFKA_COMPRESSION[rec["compression"]]
+    if s.compression != "inherit":
+        conf["compression.type"] = KAFKA_COMPRESSION[s.compression]
     return conf
 
 
+def apply_settings(rec: Stream, given: dict[str, Any]) -> None:
+    """Set the settings and ACEs `given` (validated; by option name) on the stream."""
+    for k, v in given.items():
+        setattr(rec.aces if k in PERMS else rec.settings, k, v)
+
+
 # -- permissions ------------------------------------------------------------------------
-def check_perm(rec: Record, perm: str, stream: StreamPath, action: str) -> None:
+def check_perm(rec: Stream, perm: str, stream: StreamPath, action: str) -> None:
     """Refuse unless the local identity passes `perm` (adminperm also grants topicperm)."""
     me = ace.current_identity()
-    if ace.allows(rec.get(perm, ""), me):
+    if ace.allows(getattr(rec.aces, perm), me):
         return
-    if perm == "topicperm" and ace.allows(rec.get("adminperm", ""), me):
+    if perm == "topicperm" and ace.allows(rec.aces.adminperm, me):
         return
     raise PermissionDenied(
         f"user '{me.user}' lacks {perm} on stream {stream}, needed to {action}; ask a user with adminperm"
@@ -151,48 +147,48 @@ def refuse_lockout(given: dict[str, Any], stream: StreamPath) -> None:
 
 
 # -- verbs ------------------------------------------------------------------------------
-def create(reg: Registry, path: str, settings: dict[str, Any], copymetafrom: str | None = None) -> Record:
+def create(reg: Registry, path: str, settings: dict[str, Any], copymetafrom: str | None = None) -> Stream:
     target = resolve(reg, path)
     given = validate_settings(settings)
     refuse_lockout(given, target.path)
-    base: dict[str, Any] = dict(DEFAULTS)
-    if copymetafrom:
-        _, src = load(reg, copymetafrom)
-        base.update({k: src[k] for k in COPIED if k in src})
     me = ace.current_identity()
+    # -copymetafrom carries over the settings and ACEs (not the UUID, topics, replicas or upstreams).
+    src = load(reg, copymetafrom)[1] if copymetafrom else None
+    base_settings = Settings() if src is None else dataclasses.replace(src.settings, absent=frozenset())
+    base_aces = Aces() if src is None else dataclasses.replace(src.aces, absent=frozenset())
     for p in PERMS:
-        base.setdefault(p, ace.default_for(me))
-    base.update(given)
+        if src is None or p in src.aces.absent:
+            setattr(base_aces, p, ace.default_for(me))
 
-    def make(current: Record | None) -> Record:
+    def make(current: Stream | None) -> Stream:
         if current is not None:
             raise AlreadyExists(f"stream {target.path} already exists; pick another path or edit it")
-        return {
-            **base,
-            "path": target.path.path,
-            "cluster": target.cluster.name,
-            "uuid": str(uuid.uuid4()),
-            "created": int(time.time() * 1000),
-            "creator": me.user,
-            "topics": {},
-            "replicas": [],
-            "upstreams": [],
-        }
+        rec = Stream(
+            path=target.path.path,
+            cluster=target.cluster.name,
+            uuid=str(uuid.uuid4()),
+            created=int(time.time() * 1000),
+            creator=me.user,
+            settings=dataclasses.replace(base_settings),
+            aces=dataclasses.replace(base_aces),
+        )
+        apply_settings(rec, given)
+        return rec
 
     rec = target.store.update(target.path.path, make)
     assert rec is not None
     return rec
 
 
-def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
+def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Stream:
     r, rec = load(reg, path)
     check_perm(rec, "adminperm", r.path, "edit it")
     given = validate_settings(settings)
     if not given:
         raise InvalidArgument("nothing to change; give at least one setting such as -ttl or -adminperm")
     refuse_lockout(given, r.path)
-    preview = {**rec, **given}
-    names = [kafka_topic_name(r.path, t) for t in rec.get("topics", {})]
+    preview = dataclasses.replace(rec.settings, **{k: v for k, v in given.items() if k not in PERMS})
+    names = [kafka_topic_name(r.path, t) for t in rec.topics]
     if any(
         k in given
         for k in (
@@ -207,18 +203,18 @@ def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Record:
         # Kafka first: if a broker refuses a setting, the stream record stays as it was.
         conf = kafka_configs(preview)
         conf.pop("message.timestamp.type", None)  # a topic keeps the type it was created with
-        if preview.get("compression") == "inherit":
+        if preview.compression == "inherit":
             conf["compression.type"] = "producer"  # undo a codec set before: Kafka's own default
         if names:
             # Only topics the broker has: Apache Kafka refuses to configure a missing one.
             present = kafka.topics(r.cluster)
             kafka.set_topic_configs(r.cluster, [n for n in names if n in present], conf)
 
-    def apply(current: Record | None) -> Record:
+    def apply(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} was deleted meanwhile")
         check_perm(current, "adminperm", r.path, "edit it")
-        current.update(given)
+        apply_settings(current, given)
         return current
 
     out = r.store.update(r.path.path, apply)
@@ -240,7 +236,7 @@ def delete(reg: Registry, path: str) -> None:
             if attempt == 2:
                 raise
 
-    def drop(current: Record | None) -> None:
+    def drop(current: Stream | None) -> None:
         if current is not None:
             check_perm(current, "adminperm", r.path, "delete it")
         return None
@@ -248,26 +244,27 @@ def delete(reg: Registry, path: str) -> None:
     r.store.update(r.path.path, drop)
 
 
-def info_row(r: Resolved, rec: Record) -> dict[str, Any]:
+def info_row(r: Resolved, rec: Stream) -> dict[str, Any]:
+    s = rec.settings
     row: dict[str, Any] = {
         "path": str(r.path),
         "cluster": r.cluster.name,
-        "uuid": rec["uuid"],
-        "numtopics": len(rec.get("topics", {})),
-        "defaultpartitions": rec["defaultpartitions"],
-        "ttl": rec["ttl"],
-        "compression": rec["compression"],
-        "autocreate": rec["autocreate"],
-        "defaulttimestamptype": rec["defaulttimestamptype"],
-        "compact": rec.get("compact", False),
-        "numreplicas": len(rec.get("replicas", [])),
-        "numupstreams": len(rec.get("upstreams", [])),
-        "creator": rec.get("creator"),
-        "created": rec.get("created"),
+        "uuid": rec.uuid,
+        "numtopics": len(rec.topics),
+        "defaultpartitions": s.defaultpartitions,
+        "ttl": s.ttl,
+        "compression": s.compression,
+        "autocreate": s.autocreate,
+        "defaulttimestamptype": s.defaulttimestamptype,
+        "compact": s.compact,
+        "numreplicas": len(rec.replicas),
+        "numupstreams": len(rec.upstreams),
+        "creator": rec.creator,
+        "created": rec.created,
     }
     me = ace.current_identity()
-    if ace.allows(rec.get("adminperm", ""), me):
-        row.update({p: rec[p] for p in PERMS})
+    if ace.allows(rec.aces.adminperm, me):
+        row.update({p: getattr(rec.aces, p) for p in PERMS})
     return row
 
 

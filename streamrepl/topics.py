@@ -9,37 +9,37 @@ from typing import Any
 
 from . import kafka
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
-from .metastore import Record
+from .model import Stream, Topic
 from .paths import from_kafka_topic_name, kafka_topic_name, validate_topic
 from .registry import Registry
 from .streams import TIMESTAMP_TYPES, Resolved, check_partitions, check_perm, kafka_configs, load
 
 
 # -- topics made by plain Kafka clients ---------------------------------------------------------
-def strays(r: Resolved, rec: Record, present: dict[str, int] | None = None) -> dict[str, int]:
+def strays(r: Resolved, rec: Stream, present: dict[str, int] | None = None) -> dict[str, int]:
     """Kafka topics under the stream's prefix that its metadata does not list, {topic: partitions}: made by a plain
     Kafka client writing to a new name (the broker creates it) or by a Kafka tool."""
     present = kafka.topics(r.cluster) if present is None else present
     found = {}
     for kt, n in present.items():
         named = from_kafka_topic_name(r.cluster.name, kt)
-        if named is not None and named.stream == r.path and named.topic not in rec.get("topics", {}):
+        if named is not None and named.stream == r.path and named.topic not in rec.topics:
             found[named.topic] = n
     return found
 
 
-def adopt_strays(r: Resolved, rec: Record, present: dict[str, int] | None = None) -> Record:
+def adopt_strays(r: Resolved, rec: Stream, present: dict[str, int] | None = None) -> Stream:
     """The stream's record with its stray topics adopted when it has `autocreate true` (every topic of a stream
     is the stream's, and replicated); with `autocreate false` they are left out, for `unadopted_warning` to report."""
-    found = strays(r, rec, present) if rec.get("autocreate", True) else {}
+    found = strays(r, rec, present) if rec.settings.autocreate else {}
     if not found:
         return rec
 
-    def add(current: Record | None) -> Record:
+    def add(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} was deleted meanwhile")
         for topic, n in found.items():
-            current["topics"].setdefault(topic, {"partitions": n, "timestamptype": "createtime", "adopted": True})
+            current.topics.setdefault(topic, Topic(partitions=n, timestamptype="createtime", adopted=True))
         return current
 
     out = r.store.update(r.path.path, add)
@@ -54,8 +54,8 @@ def unadopted_warning(r: Resolved, found: dict[str, int]) -> str:
     )
 
 
-def _require_topic(r: Resolved, rec: Record, topic: str) -> dict[str, Any]:
-    meta: dict[str, Any] | None = rec.get("topics", {}).get(topic)
+def _require_topic(r: Resolved, rec: Stream, topic: str) -> Topic:
+    meta = rec.topics.get(topic)
     if meta is None:
         raise NotFound(f"topic '{topic}' does not exist in stream {r.path}; see 'streamrepl stream topic list'")
     return meta
@@ -67,11 +67,11 @@ def create(
     r, rec = load(reg, path)
     validate_topic(topic)
     check_perm(rec, "topicperm", r.path, "create topics")
-    n = rec["defaultpartitions"] if partitions is None else check_partitions(partitions, "-partitions")
-    tstype = (timestamptype or rec["defaulttimestamptype"]).lower()
+    n = rec.settings.defaultpartitions if partitions is None else check_partitions(partitions, "-partitions")
+    tstype = (timestamptype or rec.settings.defaulttimestamptype).lower()
     if tstype not in TIMESTAMP_TYPES:
         raise InvalidArgument(f"-timestamptype {tstype} is not valid; use createtime or logappendtime")
-    if topic in rec.get("topics", {}):
+    if topic in rec.topics:
         raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
     name = kafka_topic_name(r.path, topic)
     existing = kafka.topics(r.cluster).get(name)
@@ -81,14 +81,14 @@ def create(
             kafka.add_partitions(r.cluster, name, n)
         n = max(n, existing) if partitions is not None else existing
     else:
-        kafka.create_topics(r.cluster, [(name, n, kafka_configs(rec, tstype))])
+        kafka.create_topics(r.cluster, [(name, n, kafka_configs(rec.settings, tstype))])
 
-    def add(current: Record | None) -> Record:
+    def add(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} was deleted meanwhile")
-        if topic in current["topics"]:
+        if topic in current.topics:
             raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
-        current["topics"][topic] = {"partitions": n, "timestamptype": tstype}
+        current.topics[topic] = Topic(partitions=n, timestamptype=tstype)
         return current
 
     try:
@@ -107,12 +107,12 @@ def create(
 def register_existing(r: Resolved, topic: str, partitions: int, timestamptype: str = "createtime") -> None:
     """Record a topic whose Kafka topic already exists (made by a gateway for a replica)."""
 
-    def add(current: Record | None) -> Record:
+    def add(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} does not exist")
-        meta = current["topics"].get(topic)
-        if meta is None or meta["partitions"] < partitions:
-            current["topics"][topic] = {"partitions": partitions, "timestamptype": timestamptype}
+        meta = current.topics.get(topic)
+        if meta is None or meta.partitions < partitions:
+            current.topics[topic] = Topic(partitions=partitions, timestamptype=timestamptype)
         return current
 
     r.store.update(r.path.path, add)
@@ -129,12 +129,12 @@ def edit(
     name = kafka_topic_name(r.path, topic)
     if partitions is not None:
         check_partitions(partitions, "-partitions")
-        if partitions < meta["partitions"]:
+        if partitions < meta.partitions:
             raise InvalidArgument(
-                f"-partitions {partitions} is fewer than the {meta['partitions']} topic '{topic}' has;"
+                f"-partitions {partitions} is fewer than the {meta.partitions} topic '{topic}' has;"
                 " partitions can be added, never removed"
             )
-        if partitions > meta["partitions"]:
+        if partitions > meta.partitions:
             kafka.add_partitions(r.cluster, name, partitions)
     if timestamptype is not None:
         tstype = timestamptype.lower()
@@ -142,23 +142,23 @@ def edit(
             raise InvalidArgument(f"-timestamptype {tstype} is not valid; use createtime or logappendtime")
         kafka.set_topic_configs(r.cluster, [name], {"message.timestamp.type": TIMESTAMP_TYPES[tstype]})
 
-    def change(current: Record | None) -> Record:
-        if current is None or topic not in current["topics"]:
+    def change(current: Stream | None) -> Stream:
+        if current is None or topic not in current.topics:
             raise NotFound(f"topic '{topic}' of stream {r.path} was deleted meanwhile")
-        t = current["topics"][topic]
+        t = current.topics[topic]
         if partitions is not None:
-            t["partitions"] = max(t["partitions"], partitions)
+            t.partitions = max(t.partitions, partitions)
         if timestamptype is not None:
-            t["timestamptype"] = timestamptype.lower()
+            t.timestamptype = timestamptype.lower()
         return current
 
     out = r.store.update(r.path.path, change)
     assert out is not None
-    t = out["topics"][topic]
+    t = out.topics[topic]
     return {
         "topic": topic,
-        "partitions": t["partitions"],
-        "timestamptype": t["timestamptype"],
+        "partitions": t.partitions,
+        "timestamptype": t.timestamptype,
         "kafkatopic": name,
     }
 
@@ -171,10 +171,10 @@ def delete(reg: Registry, path: str, topic: str) -> None:
     if name in kafka.topics(r.cluster):
         kafka.delete_topics(r.cluster, [name])
 
-    def drop(current: Record | None) -> Record:
+    def drop(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} was deleted meanwhile")
-        current["topics"].pop(topic, None)
+        current.topics.pop(topic, None)
         return current
 
     r.store.update(r.path.path, drop)
@@ -193,21 +193,21 @@ def list_topics(reg: Registry, path: str, warn: Callable[[str], None] | None = N
     rec = adopt_strays(r, rec)
     if warn is not None and (found := strays(r, rec)):
         warn(unadopted_warning(r, found))
-    names = {t: kafka_topic_name(r.path, t) for t in rec.get("topics", {})}
+    names = {t: kafka_topic_name(r.path, t) for t in rec.topics}
     ends = kafka.topic_ends(r.cluster, names.values())
     groups = _committed_by_group(r, set(names.values()))
     rows = []
-    for topic, meta in sorted(rec.get("topics", {}).items()):
+    for topic, meta in sorted(rec.topics.items()):
         kt = names[topic]
         readers = [g for g, offs in groups.items() if any(k[0] == kt for k in offs)]
         lags = [ends.get(k, 0) - off for offs in groups.values() for k, off in offs.items() if k[0] == kt]
         rows.append(
             {
                 "topic": topic,
-                "partitions": meta["partitions"],
+                "partitions": meta.partitions,
                 "consumers": len(readers),
                 "maxlag": max(lags, default=0),
-                "timestamptype": meta.get("timestamptype", "createtime"),
+                "timestamptype": meta.timestamptype,
                 "kafkatopic": kt,
             }
         )
@@ -222,7 +222,7 @@ def _iso(ms: int | None) -> str | None:
 
 def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
-    if topic not in rec.get("topics", {}):
+    if topic not in rec.topics:
         rec = adopt_strays(r, rec)
     meta = _require_topic(r, rec, topic)
     kt = kafka_topic_name(r.path, topic)
@@ -248,7 +248,7 @@ def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
                     "mintimestamp": _iso(first.timestamp()[1]) if first else None,
                     "maxtimestamp": _iso(last.timestamp()[1]) if last else None,
                     "minoffsetacrossconsumers": min(committed, default=low),
-                    "timestamptype": meta.get("timestamptype", "createtime"),
+                    "timestamptype": meta.timestamptype,
                 }
             )
     finally:

@@ -165,7 +165,7 @@ def test_producer_autocreates_topics_and_refuses_reserved_headers(reg: registry.
         with pytest.raises(InvalidArgument):
             p.produce("fresh", b"bad", headers=[(policy.ORIGIN, b"x")])
     _, rec = streams.load(reg, path)
-    assert rec["topics"]["fresh"]["partitions"] == 3
+    assert rec.topics["fresh"].partitions == 3
     with StreamConsumer([f"{path}:fresh"], None, registry=reg, start="earliest") as c:
         (got,) = _read_all(c, 1)
         assert (got.topic, got.key, got.value, got.headers) == ("fresh", b"k", b"hello", [("x", b"y")])

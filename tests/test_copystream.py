@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streamrepl import kafka, policy, streams, topics
-from streamrepl.bulk.lock import LOCK_FIELD, CopyLock, CopyLocked
+from streamrepl.bulk.lock import CopyLock, CopyLocked
 from streamrepl.cli import main
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -41,7 +41,7 @@ class Env:
         return kafka_topic_name(streams.resolve(self.reg, stream).path, topic)
 
     def uuid(self, stream: str) -> str:
-        return str(streams.load(self.reg, stream)[1]["uuid"])
+        return streams.load(self.reg, stream)[1].uuid
 
     def make_stream(self, path: str, topic_names: list[str], partitions: int) -> None:
         streams.create(self.reg, path, {"defaultpartitions": partitions})
@@ -205,9 +205,9 @@ def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytes
     # The destination was created from the source's metadata, with the same topics and partition counts.
     _, dst_rec = streams.load(env.reg, DST)
     _, src_rec = streams.load(env.reg, SRC)
-    assert dst_rec["uuid"] != src_rec["uuid"] and dst_rec["defaultpartitions"] == 4
-    assert {t: m["partitions"] for t, m in dst_rec["topics"].items()} == {"clicks": 4, "views": 4, "orders": 4}
-    assert LOCK_FIELD not in dst_rec  # released
+    assert dst_rec.uuid != src_rec.uuid and dst_rec.settings.defaultpartitions == 4
+    assert {t: m.partitions for t, m in dst_rec.topics.items()} == {"clicks": 4, "views": 4, "orders": 4}
+    assert dst_rec.copylock is None  # released
     parts = {"clicks": 4, "views": 4, "orders": 4}
     assert assert_copied(env, SRC, DST, parts) == (first, 0)
 
@@ -307,7 +307,7 @@ def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             rec = store.get("/busy")
-            if rec is not None and LOCK_FIELD in rec:
+            if rec is not None and rec.copylock is not None:
                 break
             assert first.poll() is None, first.communicate()
             time.sleep(0.2)
@@ -326,7 +326,7 @@ def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.
     assert first.returncode == 0, err1
     assert err1 == "" and copied(out1) == 3000
     assert assert_copied(env, src, dst, {"t": 2}) == (3000, 0)
-    assert LOCK_FIELD not in (store.get("/busy") or {})
+    assert getattr(store.get("/busy"), "copylock", None) is None
 
 
 def test_a_record_written_into_the_copy_is_reported_even_with_nothing_new_to_copy(
@@ -364,7 +364,7 @@ def test_a_dead_runs_lock_expires(env: Env) -> None:
     taker.acquire()
     assert not dead.refresh() and dead.lost and "taken over" in dead.lost
     taker.release()
-    assert LOCK_FIELD not in (r.store.get("/locked") or {})
+    assert getattr(r.store.get("/locked"), "copylock", None) is None
 
 
 def test_the_lock_of_a_run_killed_on_this_host_is_taken_at_once(env: Env) -> None:
@@ -380,7 +380,8 @@ def test_the_lock_of_a_run_killed_on_this_host_is_taken_at_once(env: Env) -> Non
     crashed.acquire()
     taker = CopyLock(r, "/sanfrancisco/y")
     taker.acquire()  # no CopyLocked, though the crashed run's lock had 120 s to go
-    assert (r.store.get("/crashed") or {})[LOCK_FIELD]["owner"] == taker.owner
+    rec = r.store.get("/crashed")
+    assert rec is not None and rec.copylock is not None and rec.copylock["owner"] == taker.owner
     taker.release()
     on_cluster = CopyLock(r, "/sanfrancisco/x", local=False)
     on_cluster.owner = crashed.owner

@@ -44,17 +44,19 @@ def _store_worker(name: str, barrier: Any, out: Any, cluster: str, path: str, ro
     from streamrepl import registry
     from streamrepl.errors import ConcurrentEdit
     from streamrepl.metastore import MetaStore
+    from streamrepl.model import Stream
 
     store = MetaStore(registry.load().get(cluster))
     done, refused = 0, 0
     for _ in range(rounds):
         barrier.wait(timeout=60)
 
-        def bump(rec: dict[str, Any] | None) -> dict[str, Any]:
+        def bump(rec: Stream | None) -> Stream:
+            # Keys the model does not know, as a newer writer's would be: kept through every update.
             assert rec is not None
-            rec.setdefault("counters", {})
-            rec["counters"][name] = rec["counters"].get(name, 0) + 1
-            rec["total"] = rec.get("total", 0) + 1
+            counters = rec.extra.setdefault("counters", {})
+            counters[name] = counters.get(name, 0) + 1
+            rec.extra["total"] = rec.extra.get("total", 0) + 1
             return rec
 
         try:
@@ -154,8 +156,8 @@ def test_metastore_update_loses_no_increment(clusters: EphemeralClusters) -> Non
     rec = MetaStore(registry.load(os.environ["STREAMREPL_CLUSTERS"]).get("sanfrancisco")).get(f"/{inner}")
     assert rec is not None
     done = {name: n for name, n, _ in results}
-    assert rec["counters"] == {k: v for k, v in done.items() if v}
-    assert rec["total"] == sum(done.values())
+    assert rec.extra["counters"] == {k: v for k, v in done.items() if v}
+    assert rec.extra["total"] == sum(done.values())
     assert sum(done.values()) + sum(r for _, _, r in results) == 2 * rounds
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from streamrepl.model import Stream
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster, Registry
 from streamrepl.replication.links import Unit
@@ -48,8 +49,8 @@ STREAMS: dict[str, dict[str, Any]] = {
 }
 
 
-def read_streams(cluster: Cluster) -> dict[str, Any]:
-    return STREAMS[cluster.name]
+def read_streams(cluster: Cluster) -> dict[str, Stream]:
+    return {path: Stream.from_json(rec) for path, rec in STREAMS[cluster.name].items()}
 
 
 def test_the_plan_holds_the_running_links_and_their_partitions() -> None:

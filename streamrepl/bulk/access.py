@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from .. import ace, streams
 from ..errors import PermissionDenied
-from ..metastore import Record
+from ..model import Stream
 
 
-def check_any_perm(rec: Record, perms: tuple[str, ...], r: streams.Resolved, action: str) -> None:
+def check_any_perm(rec: Stream, perms: tuple[str, ...], r: streams.Resolved, action: str) -> None:
     """Pass when the local identity holds at least one of `perms` on the stream."""
     for perm in perms:
         try:

@@ -25,7 +25,7 @@ from .. import kafka, policy, streams, topics
 from ..applier import OffsetPreservingWriter, flush, resume_point
 from ..errors import AlreadyExists, InvalidArgument, StreamreplError
 from ..kafka import Consumer, TopicPartition
-from ..metastore import Record
+from ..model import Stream
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
 from . import spark
@@ -220,8 +220,8 @@ class CopyResult:
 
 
 def _prepare_destination(
-    reg: Registry, src: str, dst: str, src_r: streams.Resolved, src_rec: Record
-) -> tuple[streams.Resolved, Record, bool]:
+    reg: Registry, src: str, dst: str, src_r: streams.Resolved, src_rec: Stream
+) -> tuple[streams.Resolved, Stream, bool]:
     dst_r = streams.resolve(reg, dst)
     if dst_r.cluster.name == src_r.cluster.name and dst_r.path.path == src_r.path.path:
         raise InvalidArgument(f"-src and -dst are the same stream {src_r.path}; name another destination")
@@ -240,13 +240,13 @@ def _prepare_destination(
 
 
 def _plan_copy(
-    src_r: streams.Resolved, src_rec: Record, dst_r: streams.Resolved, dst_rec: Record, warn: Callable[[str], None]
+    src_r: streams.Resolved, src_rec: Stream, dst_r: streams.Resolved, dst_rec: Stream, warn: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """Create missing destination topics and list one work item per source partition."""
     src_present = kafka.topics(src_r.cluster)
     dst_present = kafka.topics(dst_r.cluster)
     pairs: list[tuple[str, str, str, int]] = []
-    for topic in sorted(src_rec.get("topics", {})):
+    for topic in sorted(src_rec.topics):
         skt = kafka_topic_name(src_r.path, topic)
         n = src_present.get(skt)
         if n is None:
@@ -259,14 +259,14 @@ def _plan_copy(
         if have is None:
             # CreateTime, whatever the source uses: the copy carries the source's timestamps.
             with contextlib.suppress(AlreadyExists):
-                kafka.create_topics(dst_r.cluster, [(dkt, n, streams.kafka_configs(dst_rec, "createtime"))])
+                kafka.create_topics(dst_r.cluster, [(dkt, n, streams.kafka_configs(dst_rec.settings, "createtime"))])
         elif have < n:
             kafka.add_partitions(dst_r.cluster, dkt, n)
-        meta = dst_rec.get("topics", {}).get(topic)
-        if meta is None or meta.get("partitions", 0) < n:
-            tstype = meta.get("timestamptype", "createtime") if meta else "createtime"
+        meta = dst_rec.topics.get(topic)
+        if meta is None or meta.partitions < n:
+            tstype = meta.timestamptype if meta else "createtime"
             topics.register_existing(dst_r, topic, n, tstype)
-        elif meta.get("timestamptype") == "logappendtime":
+        elif meta.timestamptype == "logappendtime":
             warn(
                 f"topic '{topic}' of {dst_r.path} stamps LogAppendTime: copies get the destination's"
                 " time, not the source's timestamps"
@@ -284,7 +284,7 @@ def _plan_copy(
                 est = kafka.true_end(probe, TopicPartition(dkt, p))
                 item = {"topic": topic, "partition": p, "src": skt, "dst": dkt, "end": end, "stable": stable}
                 label = f"{dst_r.path}:{topic}[{p}]"
-                conflict = _foreign_end(committed, probe, skt, dkt, p, end, est, src_rec["uuid"], dst_rec["uuid"])
+                conflict = _foreign_end(committed, probe, skt, dkt, p, end, est, src_rec.uuid, dst_rec.uuid)
                 items.append({**item, "est": min(est, end), "conflict": f"{label}: {conflict}" if conflict else None})
     finally:
         for c in (committed, uncommitted, probe):
@@ -371,8 +371,8 @@ def copystream(
             "src_props": dict(src_r.cluster.properties),
             "dst_cluster": dst_r.cluster.name,
             "dst_props": dict(dst_r.cluster.properties),
-            "src_uuid": src_rec["uuid"],
-            "dst_uuid": dst_rec["uuid"],
+            "src_uuid": src_rec.uuid,
+            "dst_uuid": dst_rec.uuid,
             "dst_path": str(dst_r.path),
         }
         bar = copy_progress(show, dst_r.cluster, work, f"copystream {src_r.path} -> {dst_r.path}")

@@ -23,7 +23,7 @@ from typing import Any, cast
 from .. import kafka, policy, streams
 from ..errors import InvalidArgument, StreamreplError
 from ..kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
-from ..metastore import Record
+from ..model import Stream
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
 from . import spark
@@ -157,9 +157,9 @@ class DiffResult:
 
 
 def _plan_diff(
-    src_r: streams.Resolved, src_rec: Record, dst_r: streams.Resolved, dst_rec: Record
+    src_r: streams.Resolved, src_rec: Stream, dst_r: streams.Resolved, dst_rec: Stream
 ) -> list[dict[str, Any]]:
-    names = sorted(set(src_rec.get("topics", {})) | set(dst_rec.get("topics", {})))
+    names = sorted(set(src_rec.topics) | set(dst_rec.topics))
     src_present = kafka.topics(src_r.cluster)
     dst_present = kafka.topics(dst_r.cluster)
     items: list[dict[str, Any]] = []

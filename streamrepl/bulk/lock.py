@@ -18,10 +18,8 @@ from typing import Any
 
 from .. import streams
 from ..errors import NotFound, StreamreplError
-from ..metastore import Record
+from ..model import Stream
 
-#: The field of a destination stream's metadata record that holds the copy lock.
-LOCK_FIELD = "copylock"
 #: A lock not refreshed for this long belongs to a run that died; the next run takes it over.
 LOCK_TTL = 120.0
 LOCK_REFRESH = 20.0
@@ -84,15 +82,15 @@ class CopyLock:
             f" for its lock to expire at {_iso(int(held.get('expires', 0)))}"
         )
 
-    def _take(self, current: Record | None) -> Record:
+    def _take(self, current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {self.r.path} does not exist")
-        held = current.get(LOCK_FIELD)
+        held = current.copylock
         now = _now_ms()
         if held and held.get("owner") != self.owner and int(held.get("expires", 0)) > now and not _dead_here(held):
             raise self._refuse(held)
         since = int(held["since"]) if held and held.get("owner") == self.owner else now
-        current[LOCK_FIELD] = {
+        current.copylock = {
             "owner": self.owner,
             "since": since,
             "expires": now + self.ttl_ms,
@@ -108,8 +106,8 @@ class CopyLock:
     def refresh(self) -> bool:
         """Extend the lock; False (and `lost` set) when another run has taken it over."""
 
-        def extend(current: Record | None) -> Record:
-            held = (current or {}).get(LOCK_FIELD)
+        def extend(current: Stream | None) -> Stream:
+            held = current.copylock if current else None
             if not held or held.get("owner") != self.owner:
                 other = held.get("owner") if held else "nobody"
                 raise CopyLocked(f"the copy lock on {self.r.path} was taken over by {other}")
@@ -123,11 +121,11 @@ class CopyLock:
             return False
 
     def release(self) -> None:
-        def drop(current: Record | None) -> Record:
-            held = (current or {}).get(LOCK_FIELD)
+        def drop(current: Stream | None) -> Stream:
+            held = current.copylock if current else None
             if current is None or not held or held.get("owner") != self.owner:
                 raise _Unchanged
-            del current[LOCK_FIELD]
+            current.copylock = None
             return current
 
         with contextlib.suppress(_Unchanged):

@@ -140,7 +140,7 @@ class StreamreplReader(DataSourceReader):
         reg = load(opts.get("clusters") or None)
         r, rec = streams.load(reg, path)
         check_any_perm(rec, ("consumeperm", "copyperm"), r, "read it")
-        known = sorted(rec.get("topics", {}))
+        known = sorted(rec.topics)
         wanted = [t.strip() for t in str(opts.get("topics") or "").split(",") if t.strip()] or known
         missing = [t for t in wanted if t not in known]
         if missing:

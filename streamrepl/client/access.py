@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..metastore import Record
+from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name
 from ..registry import Registry
 from ..registry import load as load_registry
@@ -13,7 +13,7 @@ def registry_or_default(reg: Registry | None) -> Registry:
     return reg if reg is not None else load_registry()
 
 
-def open_stream(reg: Registry, path: str, perm: str, action: str) -> tuple[Resolved, Record]:
+def open_stream(reg: Registry, path: str, perm: str, action: str) -> tuple[Resolved, Stream]:
     """The stream and its metadata, once `perm` (produceperm, consumeperm) allows the current user `action`."""
     r, rec = load(reg, path)
     check_perm(rec, perm, r.path, action)

@@ -127,9 +127,9 @@ class StreamConsumer:
     def _open(self, i: int) -> None:
         copy = self._failover.copies[i]
         r, rec = open_stream(self.reg, str(copy.r.path), "consumeperm", "consume from it")
-        names = self.topics or sorted(rec.get("topics", {}))
+        names = self.topics or sorted(rec.topics)
         if self.topics:
-            missing = [t for t in self.topics if t not in rec.get("topics", {})]
+            missing = [t for t in self.topics if t not in rec.topics]
             if missing:
                 raise NotFound(f"topic '{missing[0]}' does not exist in stream {r.path}")
         self._kt = {kafka_topic_name(r.path, t): t for t in names}

@@ -13,7 +13,7 @@ from .. import kafka, policy
 from .. import topics as topic_ops
 from ..errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError, Unreachable
 from ..kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
-from ..metastore import Record
+from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name, split_topic, validate_topic
 from ..registry import Cluster, Registry
 from ..streams import kafka_configs, load, resolve
@@ -144,7 +144,7 @@ class StreamProducer:
         self.reg = registry_or_default(registry)
         stream_text, self.default_topic = split_topic(path)
         self.r, rec = open_stream(self.reg, stream_text, "produceperm", "produce to it")
-        self._rec: Record = rec
+        self._rec: Stream = rec
         self.sync_timeout = sync_timeout
         self.sync_stall = sync_stall
         self.sync_recheck = sync_recheck
@@ -158,16 +158,16 @@ class StreamProducer:
         self._load_replicas(rec)
 
     # -- metadata ---------------------------------------------------------------------------------
-    def _load_replicas(self, rec: Record) -> None:
+    def _load_replicas(self, rec: Stream) -> None:
         wanted = {}
-        for e in rec.get("replicas", []):
-            if not e.get("synchronous") or e.get("paused"):
+        for e in rec.replicas:
+            if not e.synchronous or e.paused:
                 continue
             try:
-                if e.get("path"):
-                    sp = resolve(self.reg, e["path"]).path
+                if e.path:
+                    sp = resolve(self.reg, e.path).path
                 else:
-                    sp = StreamPath(e["cluster"], e["stream"] if e["stream"].startswith("/") else "/" + e["stream"])
+                    sp = StreamPath(e.cluster, e.stream if e.stream.startswith("/") else "/" + e.stream)
                 wanted[str(sp)] = (sp, self.reg.get(sp.cluster))
             except (StreamreplError, KeyError) as err:
                 log.warning("synchronous replica %s of %s is not usable: %s", e, self.r.path, err)
@@ -190,11 +190,11 @@ class StreamProducer:
         self._load_replicas(rec)
 
     def _kafka_topic(self, topic: str) -> str:
-        if topic not in self._rec.get("topics", {}):
+        if topic not in self._rec.topics:
             self._refresh(force=True)
-        if topic not in self._rec.get("topics", {}):
+        if topic not in self._rec.topics:
             validate_topic(topic)
-            if not self._rec.get("autocreate", True):
+            if not self._rec.settings.autocreate:
                 raise NotFound(
                     f"topic '{topic}' does not exist in stream {self.r.path} and the stream does not create"
                     f" topics on first write (autocreate false); create it with 'streamrepl stream topic create'"
@@ -203,13 +203,13 @@ class StreamProducer:
         return kafka_topic_name(self.r.path, topic)
 
     def _autocreate(self, topic: str) -> None:
-        n = int(self._rec.get("defaultpartitions", 1))
+        n = int(self._rec.settings.defaultpartitions)
         kt = kafka_topic_name(self.r.path, topic)
         try:
-            kafka.create_topics(self.r.cluster, [(kt, n, kafka_configs(self._rec))])
+            kafka.create_topics(self.r.cluster, [(kt, n, kafka_configs(self._rec.settings))])
         except AlreadyExists:
             pass
-        topic_ops.register_existing(self.r, topic, n, self._rec.get("defaulttimestamptype", "createtime"))
+        topic_ops.register_existing(self.r, topic, n, self._rec.settings.defaulttimestamptype)
         self._refresh(force=True)
         log.info("created topic %s:%s (%d partitions)", self.r.path, topic, n)
 

@@ -27,7 +27,7 @@ from tenacity import retry, retry_if_exception, retry_if_exception_type, stop_af
 from .. import ace, kafka, policy
 from ..errors import InvalidArgument, NotFound, PermissionDenied, StreamreplError
 from ..kafka import AdminClient, KafkaError, KafkaException, Message, TopicPartition
-from ..metastore import Record
+from ..model import Stream
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
 from ..streams import Resolved, load
@@ -61,7 +61,7 @@ def _read_at(c: Any, tp: TopicPartition, offset: int, end: int) -> Message | Non
 @dataclass
 class Selection:
     r: Resolved
-    rec: Record
+    rec: Stream
     #: Kafka topic -> stream topic name, for the selected topics of the stream
     topics: dict[str, str]
     partition: int | None
@@ -78,11 +78,11 @@ def select(reg: Registry, path: str, topic: str | None, partition: int | None) -
     if partition is not None and partition < 0:
         raise InvalidArgument(f"-partition {partition} is negative; partitions are numbered from 0")
     r, rec = load(reg, path)
-    names = list(rec.get("topics", {}))
+    names = list(rec.topics)
     if topic:
         if topic not in names:
             raise NotFound(f"topic '{topic}' does not exist in stream {r.path}; see 'streamrepl stream topic list'")
-        n = int(rec["topics"][topic]["partitions"])
+        n = int(rec.topics[topic].partitions)
         if partition is not None and partition >= n:
             raise NotFound(
                 f"topic '{topic}' of stream {r.path} has {n} partitions (0..{n - 1}); no partition {partition}"
@@ -171,7 +171,7 @@ def list_cursors(
 # -- cursor delete ------------------------------------------------------------------------------------
 def _check_delete_perm(sel: Selection) -> None:
     me = ace.current_identity()
-    if ace.allows(sel.rec.get("adminperm", ""), me) or ace.allows(sel.rec.get("consumeperm", ""), me):
+    if ace.allows(sel.rec.aces.adminperm, me) or ace.allows(sel.rec.aces.consumeperm, me):
         return
     raise PermissionDenied(
         f"user '{me.user}' lacks adminperm and consumeperm on stream {sel.r.path}, one of which is needed to"

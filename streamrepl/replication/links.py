@@ -10,14 +10,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..metastore import MetaStore, Record
+from ..metastore import MetaStore
+from ..model import ReplicaState, Stream
 from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
 
 log = logging.getLogger("streamrepl.links")
 
 #: Link states in which gateways apply records (the others belong to autosetup's copy).
-RUNNING_STATES = {"REPLICA_STATE_REPLICATING", None, ""}
+RUNNING_STATES = {ReplicaState.REPLICATING, "", None}
 
 
 @dataclass(frozen=True)
@@ -62,17 +63,17 @@ class Plan:
     clusters: list[Cluster] = field(default_factory=list)
 
 
-def read_streams(cluster: Cluster) -> dict[str, Record]:
+def read_streams(cluster: Cluster) -> dict[str, Stream]:
     """Every stream record of a cluster's metadata."""
     return MetaStore(cluster).streams()
 
 
-def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str, Record]] = read_streams) -> Plan:
+def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str, Stream]] = read_streams) -> Plan:
     dst_c = reg.get(dst_cluster)
     plan = Plan([], {}, {}, [])
-    stores: dict[str, dict[str, Record]] = {}
+    stores: dict[str, dict[str, Stream]] = {}
 
-    def streams_of(cluster: Cluster) -> dict[str, Record]:
+    def streams_of(cluster: Cluster) -> dict[str, Stream]:
         if cluster.name not in stores:
             plan.clusters.append(cluster)
             stores[cluster.name] = read(cluster)
@@ -80,33 +81,33 @@ def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str
 
     for path, rec in streams_of(dst_c).items():
         dst = StreamPath(dst_cluster, path)
-        for up in rec.get("upstreams", []):
+        for up in rec.upstreams:
             try:
-                src_c = reg.get(up["cluster"])
-                srec = streams_of(src_c).get(up["stream"])
+                src_c = reg.get(up.cluster)
+                srec = streams_of(src_c).get(up.stream)
             except Exception as e:  # noqa: BLE001 - one unreachable source must not stop the others
-                plan.problems.append(f"upstream {up['path']} of {dst}: {e}")
+                plan.problems.append(f"upstream {up.path} of {dst}: {e}")
                 continue
             if srec is None:
-                plan.problems.append(f"upstream {up['path']} of {dst} does not exist")
+                plan.problems.append(f"upstream {up.path} of {dst} does not exist")
                 continue
-            entry = next((e for e in srec.get("replicas", []) if e["path"] == str(dst)), None)
-            if entry is None or entry.get("paused") or entry.get("state") not in RUNNING_STATES:
+            entry = srec.replica(str(dst))
+            if entry is None or entry.paused or entry.state not in RUNNING_STATES:
                 continue
             link = Link(
-                StreamPath(up["cluster"], up["stream"]),
+                StreamPath(up.cluster, up.stream),
                 src_c,
-                srec["uuid"],
+                srec.uuid,
                 dst,
-                rec["uuid"],
-                bool(entry.get("throttle")),
-                entry.get("networkcompression", "lz4"),
-                int(entry.get("added", 0)),
-                bool(entry.get("synchronous")),
+                rec.uuid,
+                bool(entry.throttle),
+                entry.networkcompression,
+                int(entry.added),
+                bool(entry.synchronous),
             )
             plan.links.append(link)
-            for topic, meta in srec.get("topics", {}).items():
-                n = int(meta["partitions"])
+            for topic, meta in srec.topics.items():
+                n = int(meta.partitions)
                 key = (dst, topic)
                 plan.topics[key] = max(plan.topics.get(key, 0), n)
                 src_kt = kafka_topic_name(link.src, topic)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from .. import kafka, topics
 from ..errors import StreamreplError
-from ..metastore import Record
+from ..model import Stream
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
 from ..streams import Resolved, kafka_configs
@@ -24,7 +24,7 @@ class Planner:
         cluster: Cluster,
         list_topics: Callable[..., dict[str, int]] = kafka.topics,
         create_topics: Callable[..., None] = kafka.create_topics,
-        read_streams: Callable[[Cluster], dict[str, Record]] = read_streams,
+        read_streams: Callable[[Cluster], dict[str, Stream]] = read_streams,
     ):
         self.reg = reg
         self.cluster = cluster
@@ -51,7 +51,7 @@ class Planner:
                 continue
             try:
                 # Replica topics stamp CreateTime so that the source's timestamps survive the copy.
-                self._create_topics(self.cluster, [(kt, n, kafka_configs(rec, "createtime"))])
+                self._create_topics(self.cluster, [(kt, n, kafka_configs(rec.settings, "createtime"))])
             except StreamreplError as e:
                 if kt not in self._list_topics(self.cluster):
                     log.error("cannot create %s: %s", kt, e)
