@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any
 
-from . import ace, kafka, status
+from . import ace, kafka, statustopic
 from .errors import InvalidArgument
 from .registry import Cluster
 
@@ -45,7 +45,7 @@ def parse(text: str) -> list[str]:
 
 def read(cluster: Cluster) -> dict[str, Any] | None:
     """The stored list of `cluster` (the whole record), or None when none is set."""
-    return status.read(cluster, CONFIG_KEY).get(CONFIG_KEY)
+    return statustopic.read(cluster, CONFIG_KEY).get(CONFIG_KEY)
 
 
 def allowed(cluster: Cluster) -> list[str]:
@@ -78,7 +78,7 @@ def delete(cluster: Cluster) -> None:
 
 
 def _write(cluster: Cluster, value: bytes | None) -> None:
-    status.ensure_topic(cluster)
+    statustopic.ensure_topic(cluster)
     p = kafka.producer(
         cluster,
         **{"linger.ms": 0, "enable.idempotence": False, "message.timeout.ms": int(kafka.REQUEST_TIMEOUT * 1000)},
@@ -91,7 +91,7 @@ def _write(cluster: Cluster, value: bytes | None) -> None:
             errors.append(err)
         done.append(True)
 
-    p.produce(status.STATUS_TOPIC, key=CONFIG_KEY.encode(), value=value, partition=0, on_delivery=delivered)
+    p.produce(statustopic.STATUS_TOPIC, key=CONFIG_KEY.encode(), value=value, partition=0, on_delivery=delivered)
     p.flush(kafka.REQUEST_TIMEOUT + 2)
     if errors or not done:
         raise kafka.unreachable(cluster, "writing the gateway list")

@@ -111,8 +111,10 @@ class Topic(Stored):
     timestamptype: str = "createtime"
     #: made by a plain Kafka client or tool and adopted by the stream (`autocreate true`)
     adopted: bool = False
+    #: being deleted: out of every gateway's plan until its Kafka topic is gone (topics.delete)
+    deleting: bool = False
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"adopted"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"adopted", "deleting"})
 
 
 @dataclass
@@ -199,8 +201,10 @@ class Stream(Stored):
     updated: int = 0
     settings: Settings = field(default_factory=Settings)
     aces: Aces = field(default_factory=Aces)
+    #: being deleted: out of every gateway's plan until its Kafka topics are gone (streams.delete)
+    deleting: bool = False
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"copylock"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"copylock", "deleting"})
     CONVERT: ClassVar[dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]] = {
         "topics": (_topics_from, _topics_to),
         "replicas": (lambda es: [Replica.from_json(e) for e in es], lambda es: [e.to_json() for e in es]),

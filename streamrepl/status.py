@@ -1,16 +1,11 @@
-"""What gateways report about the links they run, and what `replica list` makes of it.
+"""What `replica list` makes of the links of a stream: the gateways' reports (statustopic.py) and measured work.
 
-Gateways write one record per replica partition (and one per gateway) to an internal
-compacted topic in the destination cluster; readers keep the latest record per key.
 Pending work is measured, not taken from the reports: the source's and the replica's real
 partition ends are read when `replica list` runs.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from . import kafka, topics
@@ -18,65 +13,9 @@ from .metastore import MetaStore
 from .model import Replica, ReplicaState, Stream
 from .paths import StreamPath, kafka_topic_name
 from .registry import Cluster, Registry
+from .statustopic import no_gateway_error, read
 
-STATUS_TOPIC = "__streamrepl_status"
 BYTES_SAMPLE = 20000
-#: A gateway reports itself every few seconds (replication/reports.py); one silent for longer is taken for gone.
-LIVE_SECONDS = 15.0
-
-
-def unit_key(replica: str, upstream: str, topic: str, partition: int) -> str:
-    return f"unit|{replica}|{upstream}|{topic}|{partition}"
-
-
-def gateway_key(gateway_id: str) -> str:
-    return f"gateway|{gateway_id}"
-
-
-def ensure_topic(cluster: Cluster) -> None:
-    if STATUS_TOPIC not in kafka.topics(cluster):
-        kafka.create_compacted_topic(cluster, STATUS_TOPIC)
-
-
-def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:
-    """Latest report per key (optionally only keys starting with `prefix`)."""
-    out: dict[str, dict[str, Any]] = {}
-    if STATUS_TOPIC not in kafka.topics(cluster):
-        return out
-    c = kafka.consumer(cluster)
-    try:
-        for m in kafka.read_partition(c, kafka.TopicPartition(STATUS_TOPIC, 0, 0), batch=5000, wait=0.05):
-            key = (m.key() or b"").decode()
-            if not key.startswith(prefix):
-                continue
-            if m.value() is None:
-                out.pop(key, None)
-            else:
-                out[key] = json.loads(cast(bytes, m.value()))
-    except TimeoutError:
-        pass  # a status topic too slow to read shows the reports read so far
-    finally:
-        c.close()
-    return out
-
-
-def is_live(report: dict[str, Any], now_ms: float | None = None) -> bool:
-    now_ms = time.time() * 1000 if now_ms is None else now_ms
-    return not report.get("stopped") and now_ms - report.get("updated", 0) <= LIVE_SECONDS * 1000
-
-
-def no_gateway_error(cluster: Cluster) -> str:
-    """Why nothing moves into `cluster`'s replicas when no gateway of it is alive, and since when; "" if one is."""
-    reports = list(read(cluster, "gateway|").values())
-    if any(is_live(r) for r in reports):
-        return ""
-    start = f"start one with 'streamrepl gateway start -cluster {cluster.name}'"
-    if not reports:
-        return f"no gateway has ever run for cluster {cluster.name}, so nothing is replicated into it; {start}"
-    last = max(reports, key=lambda r: r.get("updated", 0))
-    when = datetime.fromtimestamp(last.get("updated", 0) / 1000, tz=UTC).isoformat(timespec="seconds")
-    how = "stopped" if last.get("stopped") else "last reported"
-    return f"no gateway is running for cluster {cluster.name} (gateway {last.get('gateway')} {how} at {when}); {start}"
 
 
 def _replica_lists_upstream(reg: Registry, entry: Replica, src_path: str) -> tuple[bool, Stream | None]:

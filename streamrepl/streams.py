@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from . import ace, kafka
-from .errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+from . import ace, kafka, statustopic
+from .errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamreplError
 from .metastore import MetaStore
 from .model import Aces, Settings, Stream
 from .paths import StreamPath, kafka_topic_name, parse_stream
 from .registry import Cluster, Registry
+
+log = logging.getLogger("streamrepl.streams")
 
 PERMS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")  # the fields of model.Aces
 KAFKA_COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "snappy": "snappy", "zstd": "zstd"}
@@ -222,9 +225,41 @@ def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Stream:
     return out
 
 
+def release_gateways(reg: Registry, r: Resolved, rec: Stream, topic: str | None = None) -> None:
+    """Wait until no gateway applies the stream's `topic` (every topic when None) any more, once the record says it is
+    being deleted (the gateways take it out of their plans within a second). The replicas' gateways read it, and when
+    the stream is itself a replica its own cluster's gateways write it. Deleting a Kafka topic under a consumer that
+    fetches from it crashes the consumer's whole process (librdkafka 2.16 on Tansu); deleting it under a writer
+    makes the writer re-create it and write at the wrong offsets."""
+    suffix = f":{topic}[" if topic is not None else ":"
+    holders: dict[str, tuple[Cluster, list[str]]] = {}
+    for e in rec.replicas:
+        if e.cluster in reg.clusters:
+            holders.setdefault(e.cluster, (reg.get(e.cluster), []))[1].append(e.path + suffix)
+    if rec.upstreams:
+        holders.setdefault(r.cluster.name, (r.cluster, []))[1].append(str(r.path) + suffix)
+    try:
+        held = statustopic.wait_released(holders) if holders else []
+    except StreamreplError as e:  # a replica's cluster that does not answer has no gateway to wait for
+        log.warning("could not ask the gateways of %s to let go of it: %s", r.path, e)
+        return
+    if held:
+        log.warning(
+            "gateways still held %s after %.0f s; deleting anyway", ", ".join(held), statustopic.RELEASE_TIMEOUT
+        )
+
+
 def delete(reg: Registry, path: str) -> None:
     r, rec = load(reg, path)
     check_perm(rec, "adminperm", r.path, "delete it")
+
+    def mark(current: Stream | None) -> Stream | None:
+        if current is not None:
+            check_perm(current, "adminperm", r.path, "delete it")
+            current.deleting = True
+        return current
+
+    release_gateways(reg, r, r.store.update(r.path.path, mark) or rec)
     prefix = kafka_topic_name(r.path, "x")[:-1]
     for attempt in range(3):
         try:

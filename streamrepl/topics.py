@@ -12,7 +12,15 @@ from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .model import Stream, Topic
 from .paths import from_kafka_topic_name, kafka_topic_name, validate_topic
 from .registry import Registry
-from .streams import TIMESTAMP_TYPES, Resolved, check_partitions, check_perm, kafka_configs, load
+from .streams import (
+    TIMESTAMP_TYPES,
+    Resolved,
+    check_partitions,
+    check_perm,
+    kafka_configs,
+    load,
+    release_gateways,
+)
 
 
 # -- topics made by plain Kafka clients ---------------------------------------------------------
@@ -167,6 +175,15 @@ def delete(reg: Registry, path: str, topic: str) -> None:
     r, rec = load(reg, path)
     _require_topic(r, rec, topic)
     check_perm(rec, "topicperm", r.path, "delete topics")
+
+    def mark(current: Stream | None) -> Stream:
+        if current is None:
+            raise NotFound(f"stream {r.path} was deleted meanwhile")
+        if topic in current.topics:
+            current.topics[topic].deleting = True
+        return current
+
+    release_gateways(reg, r, r.store.update(r.path.path, mark) or rec, topic)
     name = kafka_topic_name(r.path, topic)
     if name in kafka.topics(r.cluster):
         kafka.delete_topics(r.cluster, [name])

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from .. import gateway_lists, kafka, status
+from .. import gateway_lists, kafka, statustopic
 from ..kafka import Consumer, TopicPartition
 from ..registry import Cluster
 
@@ -63,7 +63,7 @@ class AllowList:
     def _follow(self) -> None:
         consumer = self._new_consumer(self.cluster)
         try:
-            consumer.assign([TopicPartition(status.STATUS_TOPIC, 0, 0)])
+            consumer.assign([TopicPartition(statustopic.STATUS_TOPIC, 0, 0)])
             gateways: list[str] = []
             while not self.stopping:
                 try:

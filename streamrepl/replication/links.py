@@ -81,6 +81,8 @@ def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str
 
     for path, rec in streams_of(dst_c).items():
         dst = StreamPath(dst_cluster, path)
+        if rec.deleting:
+            continue  # its gateways let go before its topics are deleted
         for up in rec.upstreams:
             try:
                 src_c = reg.get(up.cluster)
@@ -92,7 +94,7 @@ def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str
                 plan.problems.append(f"upstream {up.path} of {dst} does not exist")
                 continue
             entry = srec.replica(str(dst))
-            if entry is None or entry.paused or entry.state not in RUNNING_STATES:
+            if entry is None or entry.paused or entry.state not in RUNNING_STATES or srec.deleting:
                 continue
             link = Link(
                 StreamPath(up.cluster, up.stream),
@@ -107,6 +109,12 @@ def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str
             )
             plan.links.append(link)
             for topic, meta in srec.topics.items():
+                replica_topic = rec.topics.get(topic)
+                if meta.deleting or (replica_topic is not None and replica_topic.deleting):
+                    # Out of the plan before the Kafka topic goes: a consumer fetching from a topic that disappears
+                    # crashes the whole gateway (librdkafka on Tansu), and a replica topic deleted under a writer
+                    # would be re-created and written at the wrong offsets.
+                    continue
                 n = int(meta.partitions)
                 key = (dst, topic)
                 plan.topics[key] = max(plan.topics.get(key, 0), n)

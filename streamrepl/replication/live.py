@@ -1,7 +1,7 @@
 """Who is gateway for a cluster right now.
 
 Each gateway reports itself every few seconds in the destination cluster's status topic;
-a gateway whose last report is older than status.LIVE_SECONDS is taken for gone, and each row says how
+a gateway whose last report is older than statustopic.LIVE_SECONDS is taken for gone, and each row says how
 old its report is (`lastseen`, seconds). (The consumer
 group the gateways share would say the same, but not every broker describes its members:
 Tansu answers with an empty member list.)
@@ -12,15 +12,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import status
+from .. import statustopic
 from ..registry import Cluster
 
 
 def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
     now_ms = time.time() * 1000
     rows = []
-    for rep in status.read(cluster, "gateway|").values():
-        if not status.is_live(rep, now_ms):
+    for rep in statustopic.read(cluster, "gateway|").values():
+        if not statustopic.is_live(rep, now_ms):
             continue
         units = rep.get("units", [])
         rows.append(

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from .. import kafka, status
+from .. import kafka, statustopic
 from ..kafka import Consumer, TopicPartition
 from ..registry import Cluster
 from .links import Link, Unit
@@ -37,7 +37,7 @@ def ensure_internal_topics(cluster: Cluster) -> None:
     """The slot topic and the status topic exist in the destination cluster."""
     if SLOT_TOPIC not in kafka.topics(cluster):
         kafka.create_shared_topic(cluster, SLOT_TOPIC, SLOTS)  # another gateway may be creating it too
-    status.ensure_topic(cluster)
+    statustopic.ensure_topic(cluster)
 
 
 class SlotGroup:

@@ -9,7 +9,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from .. import status
+from .. import statustopic
 from ..kafka import Producer
 from .links import Plan, Unit
 from .partitions import Partitions
@@ -54,8 +54,8 @@ class StatusReports:
                 "updated": int(time.time() * 1000),
             }
             self._producer().produce(
-                status.STATUS_TOPIC,
-                key=status.unit_key(str(unit.dst), str(src), unit.topic, unit.partition).encode(),
+                statustopic.STATUS_TOPIC,
+                key=statustopic.unit_key(str(unit.dst), str(src), unit.topic, unit.partition).encode(),
                 value=json.dumps(body).encode(),
             )
 
@@ -83,5 +83,7 @@ class StatusReports:
 
     def _gateway(self, body: dict[str, object]) -> None:
         self._producer().produce(
-            status.STATUS_TOPIC, key=status.gateway_key(self.gateway_id).encode(), value=json.dumps(body).encode()
+            statustopic.STATUS_TOPIC,
+            key=statustopic.gateway_key(self.gateway_id).encode(),
+            value=json.dumps(body).encode(),
         )

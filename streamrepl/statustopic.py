@@ -1,0 +1,100 @@
+"""The status topic: what gateways write into their destination cluster, and how it is read.
+
+Gateways write one record per replica partition (its state, `unit|...`) and one per gateway (itself: its slots, the
+units it holds, `gateway|...`) to the compacted topic `__streamrepl_status` of the destination cluster; the gateway
+list of `cluster gateway set` lives there too. Readers keep the latest record per key. Kept apart from status.py
+(`replica list`) so that the stream and topic operations can wait for gateways without an import cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from . import kafka
+from .registry import Cluster
+
+STATUS_TOPIC = "__streamrepl_status"
+#: A gateway reports itself every few seconds (replication/reports.py); one silent for longer is taken for gone.
+LIVE_SECONDS = 15.0
+#: How long a delete waits for the gateways to take a topic out of their plans (they re-plan within a second).
+RELEASE_TIMEOUT = 20.0
+
+
+def unit_key(replica: str, upstream: str, topic: str, partition: int) -> str:
+    return f"unit|{replica}|{upstream}|{topic}|{partition}"
+
+
+def gateway_key(gateway_id: str) -> str:
+    return f"gateway|{gateway_id}"
+
+
+def ensure_topic(cluster: Cluster) -> None:
+    if STATUS_TOPIC not in kafka.topics(cluster):
+        kafka.create_compacted_topic(cluster, STATUS_TOPIC)
+
+
+def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Latest report per key (optionally only keys starting with `prefix`)."""
+    out: dict[str, dict[str, Any]] = {}
+    if STATUS_TOPIC not in kafka.topics(cluster):
+        return out
+    c = kafka.consumer(cluster)
+    try:
+        for m in kafka.read_partition(c, kafka.TopicPartition(STATUS_TOPIC, 0, 0), batch=5000, wait=0.05):
+            key = (m.key() or b"").decode()
+            if not key.startswith(prefix):
+                continue
+            if m.value() is None:
+                out.pop(key, None)
+            else:
+                out[key] = json.loads(cast(bytes, m.value()))
+    except TimeoutError:
+        pass  # a status topic too slow to read shows the reports read so far
+    finally:
+        c.close()
+    return out
+
+
+def is_live(report: dict[str, Any], now_ms: float | None = None) -> bool:
+    now_ms = time.time() * 1000 if now_ms is None else now_ms
+    return not report.get("stopped") and now_ms - report.get("updated", 0) <= LIVE_SECONDS * 1000
+
+
+def no_gateway_error(cluster: Cluster) -> str:
+    """Why nothing moves into `cluster`'s replicas when no gateway of it is alive, and since when; "" if one is."""
+    reports = list(read(cluster, "gateway|").values())
+    if any(is_live(r) for r in reports):
+        return ""
+    start = f"start one with 'streamrepl gateway start -cluster {cluster.name}'"
+    if not reports:
+        return f"no gateway has ever run for cluster {cluster.name}, so nothing is replicated into it; {start}"
+    last = max(reports, key=lambda r: r.get("updated", 0))
+    when = datetime.fromtimestamp(last.get("updated", 0) / 1000, tz=UTC).isoformat(timespec="seconds")
+    how = "stopped" if last.get("stopped") else "last reported"
+    return f"no gateway is running for cluster {cluster.name} (gateway {last.get('gateway')} {how} at {when}); {start}"
+
+
+def held_units(cluster: Cluster, prefixes: list[str]) -> list[str]:
+    """The units (`/cluster/stream:topic[p]`) starting with one of `prefixes` that a live gateway of `cluster` holds."""
+    now_ms = time.time() * 1000
+    return sorted(
+        u
+        for r in read(cluster, "gateway|").values()
+        if is_live(r, now_ms)
+        for u in r.get("units", [])
+        if any(u.startswith(p) for p in prefixes)
+    )
+
+
+def wait_released(holders: dict[str, tuple[Cluster, list[str]]], timeout: float = RELEASE_TIMEOUT) -> list[str]:
+    """Wait until no live gateway holds a unit under the prefixes given per cluster; what is still held at the
+    deadline (a gateway frozen or too slow to re-plan) is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = [u for cluster, prefixes in holders.values() for u in held_units(cluster, prefixes)]
+        if not held or time.monotonic() >= deadline:
+            return held
+        time.sleep(0.3)
