@@ -2,19 +2,22 @@
 
 A replica partition (a Unit) is acquired at its real end (resume_point), fed by one source partition per link
 that runs into it, dropped when its slot or its links go away, and failed (kept out until the gateway restarts,
-`replica list` says why) on a conflict or a write error.
+`replica list` says why) on a conflict, a write error, or a divergence: a source whose history changed under the
+replica (divergence.py), checked when the partition is acquired and when a source is read below its end again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kafka
-from ..applier import OffsetPreservingWriter, ReplicaConflict, resume_point
-from ..kafka import Consumer, KafkaException, Producer, TopicPartition
+from ..applier import OffsetPreservingWriter, ReplicaConflict, origin_of_tail, replica_tail
+from ..divergence import Divergence, Tail, check, compare, tail_of
+from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from .links import Link, Plan, Unit
@@ -24,6 +27,8 @@ log = logging.getLogger("streamrepl.gateway")
 
 #: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
 SOURCE_FETCH_WAIT_MS = 10
+#: A partition whose source is read below the replica's end again is checked for divergence at most this often.
+REREAD_CHECK_SECONDS = 5.0
 
 
 def source_consumer(cluster: Cluster) -> Consumer:
@@ -43,6 +48,10 @@ class UnitState:
     rechecked: set[str] = field(default_factory=set)
     #: when records were last handed to the writer (monotonic; 0: never, since acquired)
     last_write: float = 0.0
+    #: the record at writer.next - 1 as replication sees it (None: not known), for the divergence checks
+    tail: Tail | None = None
+    #: when the source was last checked for divergence (monotonic)
+    checked_at: float = 0.0
 
 
 def _no_report(unit: Unit, error: str) -> None:
@@ -65,6 +74,8 @@ class Partitions:
         self.units: dict[Unit, UnitState] = {}
         self.errored: dict[Unit, str] = {}
         self.sources: dict[str, Consumer] = {}  # link name -> consumer of the source partitions
+        #: link name -> a consumer that reads single source records (divergence checks); never feeds a writer
+        self.probes: dict[str, Consumer] = {}
         self.by_source: dict[tuple[str, str, int], Unit] = {}  # (link, src topic, partition) -> unit
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
@@ -78,14 +89,31 @@ class Partitions:
             self.sources[link.name] = c
         return c
 
+    def _probe(self, link: Link) -> Consumer:
+        c = self.probes.get(link.name)
+        if c is None:
+            c = self._new_source_consumer(link.src_cluster)
+            self.probes[link.name] = c
+        return c
+
     def acquire(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer) -> None:
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
-        end, origin = resume_point(self.reader, TopicPartition(dst_kt, unit.partition), dst_uuid)
+        end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
         writer = OffsetPreservingWriter(
-            producer, dst_kt, unit.partition, end, dst_uuid, feeds[0][0].src_uuid, origin, label=unit.key
+            producer,
+            dst_kt,
+            unit.partition,
+            end,
+            dst_uuid,
+            feeds[0][0].src_uuid,
+            origin_of_tail(last, dst_uuid),
+            label=unit.key,
         )
-        state = UnitState(unit, writer)
+        state = UnitState(unit, writer, tail=tail_of(last, dst_uuid) if last is not None else None)
+        for link, src_kt in feeds:
+            if not self.check_source(state, link, TopicPartition(src_kt, unit.partition), len(feeds) == 1):
+                return
         self.units[unit] = state
         for link, src_kt in feeds:
             self._add_feed(state, link, src_kt)
@@ -117,6 +145,53 @@ class Partitions:
     def drop_all(self) -> None:
         for unit in list(self.units):
             self.drop(unit)
+
+    def check_source(self, state: UnitState, link: Link, tp: TopicPartition, sole_feed: bool) -> bool:
+        """Does the source still hold what the replica holds (divergence.check)? On a divergence the unit fails
+        (False). A source that cannot be read now is let be: the checks while running catch what it shows later."""
+        state.checked_at = time.monotonic()
+        w = state.writer
+        try:
+            div = check(self._probe(link), tp, w.next, state.tail, link.src_uuid, w.dst_uuid, sole_feed)
+        except (KafkaException, TimeoutError) as e:
+            log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
+            return True
+        if div is None:
+            return True
+        self.diverged(state.unit, link, div)
+        return False
+
+    def check_reread(self, state: UnitState, link: Link, batch: list[Message]) -> bool:
+        """Source records below the replica's end arrived (a feed seeks back, or the source reset the feed's
+        position because the offset it asked for is out of range): compare them with what the replica holds.
+        The record at the replica's last offset, when it is among them, is compared here; without it, the
+        source's end is checked (a request; at most every REREAD_CHECK_SECONDS per partition, while nothing is
+        in flight). False when the partition failed."""
+        w = state.writer
+        want = w.next - 1
+        if state.tail is None or state.tail.origin == w.dst_uuid:
+            return True
+        first, last = batch[0].offset() or 0, batch[-1].offset() or 0
+        if first <= want <= last:
+            rec = next((m for m in batch if m.offset() == want), None)
+            if rec is None:
+                return True  # no visible record there (a marker, compacted away): nothing to compare
+            source = tail_of(rec, link.src_uuid)
+            # The source's end is not known here: it is at least past this batch.
+            div = compare(state.tail, w.next, source, last + 1, link.src_uuid, w.dst_uuid, len(state.feeds) == 1)
+            if div is not None:
+                self.diverged(state.unit, link, div)
+                return False
+            return True
+        if last < want and w.idle() and time.monotonic() - state.checked_at > REREAD_CHECK_SECONDS:
+            tp = state.feeds[link.name][1]
+            return self.check_source(state, link, tp, len(state.feeds) == 1)
+        return True
+
+    def diverged(self, unit: Unit, link: Link, div: Divergence) -> None:
+        self.stats.divergences += 1
+        source = f"source {link.src}:{unit.topic} partition {unit.partition}"
+        self.fail(unit, div.describe(source, f"streamrepl diffstreams -src {link.src} -dst {link.dst}"))
 
     def fail(self, unit: Unit, error: str) -> None:
         log.error("%s", error)
@@ -162,6 +237,8 @@ class Partitions:
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
             self.sources.pop(name).close()
+        for name in [n for n in self.probes if n not in live]:
+            self.probes.pop(name).close()
         self.links_by_source = {
             name: next(state.feeds[name][0] for state in self.units.values() if name in state.feeds)
             for name in self.sources
@@ -207,7 +284,8 @@ class Partitions:
 
     def close(self) -> None:
         """Close the source consumers and the reader."""
-        for c in self.sources.values():
+        for c in [*self.sources.values(), *self.probes.values()]:
             c.close()
         self.sources.clear()
+        self.probes.clear()
         self.reader.close()
