@@ -113,13 +113,14 @@ def check(
     src_uuid: str,
     dst_uuid: str,
     sole_feed: bool = True,
+    timeout: float = kafka.REQUEST_TIMEOUT,
 ) -> Divergence | None:
     """Read the source's real end and its record at replica_end - 1, and compare (see compare). `consumer` reads
     the source; this check assigns it (it must not be one that feeds a writer)."""
     if replica_end <= 0 or replica is None or replica.origin == dst_uuid:
         return None  # compare() would not look at the source
     tp = TopicPartition(source_tp.topic, source_tp.partition)
-    source_end = kafka.true_end(consumer, tp)
+    source_end = kafka.true_end(consumer, tp, timeout)
     last = kafka.last_record(consumer, tp, replica_end) if source_end >= replica_end else None
     source = tail_of(last, src_uuid) if last is not None else None
     return compare(replica, replica_end, source, source_end, src_uuid, dst_uuid, sole_feed)

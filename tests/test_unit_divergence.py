@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streamrepl import policy
 from streamrepl.bulk.copystream import _foreign_end
@@ -79,7 +79,11 @@ class LogConsumer:
         self.queued: list[Msg] = []
         self.assigned: list[tuple[str, int, int]] = []
 
+    down = False
+
     def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         log = self.logs.get(tp.topic, [])
         return (0, log[-1].offset() + 1 if log else 0)
 
@@ -197,9 +201,10 @@ def link() -> Link:
 class Rig:
     """The replica ny:/r:t[0] holding `replica`, fed from sf:/s:t[0] holding `source`."""
 
-    def __init__(self, replica: list[Msg], source: list[Msg]):
+    def __init__(self, replica: list[Msg], source: list[Msg], source_down: bool = False):
         self.feed = LogConsumer({})
         self.probe = LogConsumer({SKT: source})
+        self.probe.down = source_down
         made: list[LogConsumer] = []
 
         def new_source_consumer(cluster: Cluster) -> LogConsumer:
@@ -246,6 +251,25 @@ def test_a_partition_whose_source_holds_its_history_is_acquired_at_its_end() -> 
     rig = Rig(replicated(10), history(12))
     assert rig.unit in rig.partitions.units and not rig.failed
     assert rig.feed.assigned == [(SKT, 0, 10)]
+
+
+def test_a_source_that_does_not_answer_on_acquire_is_not_fed_from_until_it_was_compared() -> None:
+    rig = Rig(replicated(10), history(12), source_down=True)
+    state = rig.partitions.units[rig.unit]
+    assert rig.feed.assigned == [] and not rig.failed and list(state.unverified) == [link().name]
+    rig.probe.down = False
+    rig.partitions._retry_at.clear()  # the retry's wait, passed
+    rig.mover.move_once()
+    assert rig.feed.assigned == [(SKT, 0, 10)] and not state.unverified
+    assert rig.partitions.links_by_source == {link().name: link()}
+
+
+def test_a_source_that_does_not_answer_on_acquire_and_diverged_meanwhile_fails_when_it_answers() -> None:
+    rig = Rig(replicated(10), history(4), source_down=True)
+    rig.probe.down = False
+    rig.partitions._retry_at.clear()
+    rig.mover.move_once()
+    assert rig.feed.assigned == [] and rig.unit in rig.partitions.errored and rig.stats.divergences == 1
 
 
 def test_a_running_partition_fed_a_new_history_below_its_end_stops_before_writing_it() -> None:

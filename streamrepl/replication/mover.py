@@ -75,6 +75,7 @@ class Mover:
         self.producer.poll(0)
         self.check_writes()
         self.unthrottle()
+        self.partitions.retry_unverified()
         return busy
 
     def apply_batch(self, link: Link, msgs: list[Message]) -> int:

@@ -29,6 +29,10 @@ log = logging.getLogger("streamrepl.gateway")
 SOURCE_FETCH_WAIT_MS = 10
 #: A partition whose source is read below the replica's end again is checked for divergence at most this often.
 REREAD_CHECK_SECONDS = 5.0
+#: How long a divergence check waits for a source; one that does not answer is asked again after RETRY_SECONDS
+#: (its feed waits meanwhile: the loop must not stall on a source that is down).
+CHECK_TIMEOUT = 2.0
+RETRY_SECONDS = 5.0
 
 
 def source_consumer(cluster: Cluster) -> Consumer:
@@ -52,6 +56,12 @@ class UnitState:
     tail: Tail | None = None
     #: when the source was last checked for divergence (monotonic)
     checked_at: float = 0.0
+    #: feeds not started yet because their source could not be compared with the replica (link name -> feed)
+    unverified: dict[str, tuple[Link, str]] = field(default_factory=dict)
+
+    @property
+    def sole_feed(self) -> bool:
+        return len(self.feeds) + len(self.unverified) == 1
 
 
 def _no_report(unit: Unit, error: str) -> None:
@@ -76,6 +86,8 @@ class Partitions:
         self.sources: dict[str, Consumer] = {}  # link name -> consumer of the source partitions
         #: link name -> a consumer that reads single source records (divergence checks); never feeds a writer
         self.probes: dict[str, Consumer] = {}
+        #: link name -> when its source, which did not answer a check, is asked again (monotonic)
+        self._retry_at: dict[str, float] = {}
         self.by_source: dict[tuple[str, str, int], Unit] = {}  # (link, src topic, partition) -> unit
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
@@ -111,13 +123,36 @@ class Partitions:
             label=unit.key,
         )
         state = UnitState(unit, writer, tail=tail_of(last, dst_uuid) if last is not None else None)
-        for link, src_kt in feeds:
-            if not self.check_source(state, link, TopicPartition(src_kt, unit.partition), len(feeds) == 1):
-                return
-        self.units[unit] = state
-        for link, src_kt in feeds:
+        state.unverified = {link.name: (link, src_kt) for link, src_kt in feeds}
+        if self.verify_feeds(state):
+            self.units[unit] = state
+            log.info("acquired %s at offset %d", unit.key, end)
+
+    def verify_feeds(self, state: UnitState) -> bool:
+        """Start the unverified feeds whose source still holds the replica's history (False: it does not, and
+        the unit failed). A source that does not answer now is asked again later (retry_unverified)."""
+        now = time.monotonic()
+        for name, (link, src_kt) in list(state.unverified.items()):
+            if max(self._retry_at.get(name, 0.0), self._retry_at.get(f"{name} {state.unit.key}", 0.0)) > now:
+                continue
+            verdict = self.check_source(state, link, TopicPartition(src_kt, state.unit.partition))
+            if verdict is False:
+                return False
+            if verdict is not True:
+                # A source cluster that does not answer is asked again for all its partitions at once; a
+                # partition that cannot be read (its topic missing) only for itself.
+                self._retry_at[name if verdict == "down" else f"{name} {state.unit.key}"] = now + RETRY_SECONDS
+                continue
+            del state.unverified[name]
             self._add_feed(state, link, src_kt)
-        log.info("acquired %s at offset %d", unit.key, end)
+            self.links_by_source[name] = link
+        return True
+
+    def retry_unverified(self) -> None:
+        """Called from the loop: the feeds whose source did not answer when their partition was acquired."""
+        for unit, state in list(self.units.items()):
+            if state.unverified and unit not in self.errored:
+                self.verify_feeds(state)
 
     def _add_feed(self, state: UnitState, link: Link, src_kt: str) -> None:
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
@@ -146,16 +181,18 @@ class Partitions:
         for unit in list(self.units):
             self.drop(unit)
 
-    def check_source(self, state: UnitState, link: Link, tp: TopicPartition, sole_feed: bool) -> bool:
+    def check_source(self, state: UnitState, link: Link, tp: TopicPartition) -> bool | str:
         """Does the source still hold what the replica holds (divergence.check)? On a divergence the unit fails
-        (False). A source that cannot be read now is let be: the checks while running catch what it shows later."""
+        (False). When the source cannot be read now: "down" (its cluster does not answer) or "unread"."""
         state.checked_at = time.monotonic()
         w = state.writer
         try:
-            div = check(self._probe(link), tp, w.next, state.tail, link.src_uuid, w.dst_uuid, sole_feed)
+            div = check(
+                self._probe(link), tp, w.next, state.tail, link.src_uuid, w.dst_uuid, state.sole_feed, CHECK_TIMEOUT
+            )
         except (KafkaException, TimeoutError) as e:
             log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
-            return True
+            return "down" if isinstance(e, TimeoutError) or kafka.is_transport(e) else "unread"
         if div is None:
             return True
         self.diverged(state.unit, link, div)
@@ -178,14 +215,14 @@ class Partitions:
                 return True  # no visible record there (a marker, compacted away): nothing to compare
             source = tail_of(rec, link.src_uuid)
             # The source's end is not known here: it is at least past this batch.
-            div = compare(state.tail, w.next, source, last + 1, link.src_uuid, w.dst_uuid, len(state.feeds) == 1)
+            div = compare(state.tail, w.next, source, last + 1, link.src_uuid, w.dst_uuid, state.sole_feed)
             if div is not None:
                 self.diverged(state.unit, link, div)
                 return False
             return True
-        if last < want and w.idle() and time.monotonic() - state.checked_at > REREAD_CHECK_SECONDS:
-            tp = state.feeds[link.name][1]
-            return self.check_source(state, link, tp, len(state.feeds) == 1)
+        # With several feeds, a source behind the replica's end is common (a second path): not checked here.
+        if last < want and state.sole_feed and w.idle() and time.monotonic() - state.checked_at > REREAD_CHECK_SECONDS:
+            return self.check_source(state, link, state.feeds[link.name][1]) is not False
         return True
 
     def diverged(self, unit: Unit, link: Link, div: Divergence) -> None:
@@ -227,12 +264,17 @@ class Partitions:
             names = {link.name for link, _ in feeds}
             for name in [n for n in state.feeds if n not in names]:
                 self._remove_feed(state, name)
+            for name in [n for n in state.unverified if n not in names]:
+                del state.unverified[name]
             for link, src_kt in feeds:
                 if link.name not in state.feeds:
-                    self._add_feed(state, link, src_kt)
+                    # A link added to a running partition: its source is compared with the replica first.
+                    state.unverified[link.name] = (link, src_kt)
                 elif state.feeds[link.name][0] != link:
                     # The link's settings changed (`replica edit -throttle ...`): follow them.
                     state.feeds[link.name] = (link, state.feeds[link.name][1])
+            if state.unverified:
+                self.verify_feeds(state)
         self.recheck_lagging_feeds()
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
