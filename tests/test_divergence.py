@@ -12,7 +12,9 @@ the check on acquire is what catches it here (the checks while running are unit-
 from __future__ import annotations
 
 import signal
+import socket
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -117,6 +119,12 @@ def in_error(env: Env, src: str, partitions: int) -> dict | None:
     return row if ok else None
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def stop(gws: Gateways, name: str) -> None:
     gws.kill(name, signal.SIGTERM)
 
@@ -182,10 +190,13 @@ def test_a_replica_rewritten_while_no_gateway_runs_is_detected_on_acquire(env: E
         write(env.bs_of(dst), env.kt(dst, "t"), {0: 12}, "old", headers=[(policy.ORIGIN, src_uuid.encode())])
         before = read_partition(env.bs_of(dst), env.kt(dst, "t"), 0)
         produce(env.bs_of(src), sp(src), "t", 5, 1, start=30)
-        gw = gws.start()
+        port = free_port()
+        gw = gws.start(None, "-metricsport", str(port), "-metricsaddr", "127.0.0.1")
         row = wait_until(lambda: in_error(env, src, 1), 120, "the partition in error")
         assert f"source {src}:t partition 0 diverged at offset 11: the source's record there is not" in row["lasterror"]
         assert "(source end 35, replica end 12)" in row["lasterror"], row
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert f'streamrepl_gateway_divergences_total{{gateway="{gw}"}} 1.0' in metrics, metrics
         stop(gws, gw)
     after: list[Rec] = read_partition(env.bs_of(dst), env.kt(dst, "t"), 0)
     assert after == before
