@@ -29,11 +29,17 @@ from .kafka import Consumer, Message, TopicPartition
 
 
 class Tail(NamedTuple):
-    """A record as replication sees it: its origin, and a digest of its origin and either its filler mark or its
-    timestamp, key and value."""
+    """A record as replication sees it: its origin, a digest of its origin and either its filler mark or its key
+    and value, and its timestamp (0 for a filler)."""
 
     origin: str
     digest: bytes
+    timestamp: int = 0
+
+    def holds(self, source: Tail) -> bool:
+        """Is this replica record a copy of `source`? A source record without a timestamp (-1, or 0) is copied
+        with the copy's time (the producer stamps it), so its timestamp is not compared then."""
+        return self.digest == source.digest and (source.timestamp <= 0 or self.timestamp == source.timestamp)
 
 
 def tail_of(m: Message, own_uuid: str) -> Tail:
@@ -43,14 +49,13 @@ def tail_of(m: Message, own_uuid: str) -> Tail:
     if policy.is_filler(headers):
         return filler_tail(origin)
     h = hashlib.blake2b(digest_size=16)
-    _, ts = m.timestamp()
-    for part in (origin.encode(), str(ts).encode(), m.key(), m.value()):
+    for part in (origin.encode(), m.key(), m.value()):
         if part is None:
             h.update(b"\xff")
         else:
             h.update(len(part).to_bytes(8, "big"))
             h.update(part)
-    return Tail(origin, h.digest())
+    return Tail(origin, h.digest(), m.timestamp()[1])
 
 
 def filler_tail(origin: str) -> Tail:
@@ -100,7 +105,7 @@ def compare(
                 f"the source now ends at offset {source_end}, below records it had when they were replicated",
             )
         return None
-    if source is None or source == replica:
+    if source is None or replica.holds(source):
         return None  # removed by compaction or expiry, or a transaction marker: nothing to compare
     return Divergence(replica_end - 1, source_end, replica_end, "the source's record there is not the one replicated")
 

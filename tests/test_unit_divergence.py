@@ -144,6 +144,12 @@ def test_the_same_record_is_no_divergence_whichever_stream_it_was_read_from() ->
     assert compare(tail_of(copied, "DST"), 10, tail_of(plain, "SRC"), 12, "SRC", "DST") is None
 
 
+def test_a_source_record_without_a_timestamp_matches_its_copy_stamped_when_it_was_copied() -> None:
+    replica = tail_of(Msg(9, b"x", ts=1_800_000_000_000, headers=ORIGIN_SRC), "DST")
+    assert compare(replica, 10, tail_of(Msg(9, b"x", ts=-1), "SRC"), 10, "SRC", "DST") is None
+    assert compare(replica, 10, tail_of(Msg(9, b"y", ts=-1), "SRC"), 10, "SRC", "DST") is not None
+
+
 def test_another_timestamp_key_or_value_at_the_replicas_last_offset_is_a_divergence() -> None:
     replica = tail_of(Msg(9, b"x", headers=ORIGIN_SRC), "DST")
     for other in (Msg(9, b"x", ts=5), Msg(9, b"y")):
