@@ -28,12 +28,21 @@ class ReplicaConflict(StreamreplError):
     """The destination partition holds records that did not come from this source."""
 
 
+def replica_tail(c: Consumer, tp: TopicPartition) -> tuple[int, Message | None]:
+    """A destination partition's real end, and its record just before it (None: nothing visible there)."""
+    end = kafka.true_end(c, tp)
+    return end, kafka.last_record(c, tp, end)
+
+
+def origin_of_tail(last: Message | None, own_uuid: str) -> str | None:
+    """The origin of a destination partition's records so far, from its last record."""
+    return policy.origin_of(last.headers(), own_uuid) if last is not None else None
+
+
 def resume_point(c: Consumer, tp: TopicPartition, own_uuid: str) -> tuple[int, str | None]:
     """Where a copy into `tp` goes on: its real end, and the origin of its records so far."""
-    end = kafka.true_end(c, tp)
-    last = kafka.last_record(c, tp, end)
-    origin = policy.origin_of(last.headers(), own_uuid) if last is not None else None
-    return end, origin
+    end, last = replica_tail(c, tp)
+    return end, origin_of_tail(last, own_uuid)
 
 
 class OffsetPreservingWriter:

@@ -23,10 +23,11 @@ from typing import Any, cast
 
 from .. import kafka, policy, streams, topics
 from ..applier import OffsetPreservingWriter, flush, resume_point
+from ..divergence import compare, tail_of
 from ..errors import AlreadyExists, InvalidArgument, StreamreplError
 from ..kafka import Consumer, TopicPartition
 from ..model import Stream
-from ..paths import kafka_topic_name
+from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
 from . import spark
 from .access import check_any_perm
@@ -284,7 +285,18 @@ def _plan_copy(
                 est = kafka.true_end(probe, TopicPartition(dkt, p))
                 item = {"topic": topic, "partition": p, "src": skt, "dst": dkt, "end": end, "stable": stable}
                 label = f"{dst_r.path}:{topic}[{p}]"
-                conflict = _foreign_end(committed, probe, skt, dkt, p, end, est, src_rec.uuid, dst_rec.uuid)
+                conflict = _foreign_end(
+                    committed,
+                    probe,
+                    skt,
+                    dkt,
+                    p,
+                    end,
+                    est,
+                    src_rec.uuid,
+                    dst_rec.uuid,
+                    (src_r.path, dst_r.path, topic),
+                )
                 items.append({**item, "est": min(est, end), "conflict": f"{label}: {conflict}" if conflict else None})
     finally:
         for c in (committed, uncommitted, probe):
@@ -293,20 +305,44 @@ def _plan_copy(
 
 
 def _foreign_end(
-    src: Consumer, dst: Consumer, skt: str, dkt: str, p: int, end: int, est: int, src_uuid: str, dst_uuid: str
+    src: Consumer,
+    dst: Consumer,
+    skt: str,
+    dkt: str,
+    p: int,
+    end: int,
+    est: int,
+    src_uuid: str,
+    dst_uuid: str,
+    names: tuple[StreamPath, StreamPath, str],
 ) -> str | None:
     """Why the copy's partition cannot be a copy of the source's (None when it can be, as far as its last record
     shows). The writer checks the origin of every record it is about to write, so a record written into the copy
-    by something else is caught when the source has more; this catches it when there is nothing new to copy."""
+    by something else is caught when the source has more; this catches it when there is nothing new to copy.
+    And a rerun must not append a source's new history after the old one (its topic re-created, records it had
+    lost): the copy's last record must still be the source's (divergence.py)."""
+    if est <= 0:
+        return None
+    mine = kafka.last_record(dst, TopicPartition(dkt, p), est)
+    theirs = kafka.last_record(src, TopicPartition(skt, p), est) if end >= est else None
+    div = compare(
+        tail_of(mine, dst_uuid) if mine is not None else None,
+        est,
+        tail_of(theirs, src_uuid) if theirs is not None else None,
+        end,
+        src_uuid,
+        dst_uuid,
+    )
+    if div is not None:
+        src_path, dst_path, topic = names
+        return div.describe(
+            f"source {src_path}:{topic} partition {p}", f"streamrepl diffstreams -src {src_path} -dst {dst_path}"
+        )
     if est > end:
         return (
             f"the copy ends at offset {est}, past the source's end {end}: something else wrote into the copy;"
             " copying this partition stopped (diffstreams shows where they differ)"
         )
-    if est <= 0:
-        return None
-    mine = kafka.last_record(dst, TopicPartition(dkt, p), est)
-    theirs = kafka.last_record(src, TopicPartition(skt, p), est)
     if mine is None or policy.is_filler(mine.headers()):
         return None  # offsets with no visible record: a filler or a marker, nothing to compare
     mine_origin = policy.origin_of(mine.headers(), dst_uuid)

@@ -17,6 +17,8 @@ Metrics (labels: `link` = `<source stream>-><replica stream>`):
 - streamrepl_gateway_partitions, streamrepl_gateway_slots: what this gateway owns now
 - streamrepl_gateway_partitions_in_error, streamrepl_gateway_errors_total: partitions stopped
   on a conflict or write error (`replica list` shows why)
+- streamrepl_gateway_divergences_total: partitions stopped because their source's history changed under
+  the replica (the source lost records it had, or its topic was re-created; `replica list` says where)
 - streamrepl_gateway_rebalances_total: slot assignments and revocations seen
 - streamrepl_gateway_write_restarts_total: times the gateway's writes expired or its producer was
   fenced, and every partition started again from its real end (a frozen destination, or this gateway
@@ -97,6 +99,11 @@ class GatewayCollector:
             yield g
         for name, doc, value in (
             ("streamrepl_gateway_errors", "Replica partitions stopped on a conflict or a write error.", stats.failures),
+            (
+                "streamrepl_gateway_divergences",
+                "Replica partitions stopped because their source's history changed under the replica.",
+                stats.divergences,
+            ),
             ("streamrepl_gateway_rebalances", "Slot assignments and revocations seen.", stats.rebalances),
             (
                 "streamrepl_gateway_write_restarts",

@@ -15,6 +15,7 @@ from typing import cast
 
 from .. import kafka, policy
 from ..applier import ReplicaConflict
+from ..divergence import filler_tail, tail_of
 from ..kafka import KafkaException, Message, Producer, TopicPartition
 from .links import Link
 from .membership import SLOT_TOPIC
@@ -74,6 +75,7 @@ class Mover:
         self.producer.poll(0)
         self.check_writes()
         self.unthrottle()
+        self.partitions.retry_unverified()
         return busy
 
     def apply_batch(self, link: Link, msgs: list[Message]) -> int:
@@ -101,6 +103,7 @@ class Mover:
                 # Offsets at the end of the source with no visible record (a transaction marker).
                 # (Not while throttled: the records after the slice written are not applied yet.)
                 state.writer.fill_to(m.offset())  # type: ignore[arg-type]
+                state.tail = filler_tail(state.writer.origin or state.writer.src_uuid)
         return len(msgs)
 
     def _end_unchanged(self, state: UnitState, origin: str) -> bool:
@@ -148,6 +151,8 @@ class Mover:
     def _write(self, state: UnitState, link: Link, batch: list[Message]) -> None:
         w = state.writer
         last = batch[-1]
+        if cast(int, batch[0].offset()) < w.next and not self.partitions.check_reread(state, link, batch):
+            return
         now = time.monotonic()
         if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, last.offset()) >= w.next:
             origin = policy.origin_of(last.headers(), link.src_uuid)
@@ -171,6 +176,8 @@ class Mover:
                 records, nbytes = w.records, w.bytes
                 w.write(batch, link.src_uuid)
                 self.stats.applied(name, w.records - records, w.bytes - nbytes)
+                if batch and batch[-1].offset() == w.next - 1:
+                    state.tail = tail_of(batch[-1], link.src_uuid)
                 break
             except BufferError:
                 # The destination is behind: let it drain, then go on from where the writer stopped.

@@ -2,19 +2,22 @@
 
 A replica partition (a Unit) is acquired at its real end (resume_point), fed by one source partition per link
 that runs into it, dropped when its slot or its links go away, and failed (kept out until the gateway restarts,
-`replica list` says why) on a conflict or a write error.
+`replica list` says why) on a conflict, a write error, or a divergence: a source whose history changed under the
+replica (divergence.py), checked when the partition is acquired and when a source is read below its end again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kafka
-from ..applier import OffsetPreservingWriter, ReplicaConflict, resume_point
-from ..kafka import Consumer, KafkaException, Producer, TopicPartition
+from ..applier import OffsetPreservingWriter, ReplicaConflict, origin_of_tail, replica_tail
+from ..divergence import Divergence, Tail, check, compare, tail_of
+from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from .links import Link, Plan, Unit
@@ -24,6 +27,12 @@ log = logging.getLogger("streamrepl.gateway")
 
 #: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
 SOURCE_FETCH_WAIT_MS = 10
+#: A partition whose source is read below the replica's end again is checked for divergence at most this often.
+REREAD_CHECK_SECONDS = 5.0
+#: How long a divergence check waits for a source; one that does not answer is asked again after RETRY_SECONDS
+#: (its feed waits meanwhile: the loop must not stall on a source that is down).
+CHECK_TIMEOUT = 2.0
+RETRY_SECONDS = 5.0
 
 
 def source_consumer(cluster: Cluster) -> Consumer:
@@ -43,6 +52,16 @@ class UnitState:
     rechecked: set[str] = field(default_factory=set)
     #: when records were last handed to the writer (monotonic; 0: never, since acquired)
     last_write: float = 0.0
+    #: the record at writer.next - 1 as replication sees it (None: not known), for the divergence checks
+    tail: Tail | None = None
+    #: when the source was last checked for divergence (monotonic)
+    checked_at: float = 0.0
+    #: feeds not started yet because their source could not be compared with the replica (link name -> feed)
+    unverified: dict[str, tuple[Link, str]] = field(default_factory=dict)
+
+    @property
+    def sole_feed(self) -> bool:
+        return len(self.feeds) + len(self.unverified) == 1
 
 
 def _no_report(unit: Unit, error: str) -> None:
@@ -65,6 +84,10 @@ class Partitions:
         self.units: dict[Unit, UnitState] = {}
         self.errored: dict[Unit, str] = {}
         self.sources: dict[str, Consumer] = {}  # link name -> consumer of the source partitions
+        #: link name -> a consumer that reads single source records (divergence checks); never feeds a writer
+        self.probes: dict[str, Consumer] = {}
+        #: link name -> when its source, which did not answer a check, is asked again (monotonic)
+        self._retry_at: dict[str, float] = {}
         self.by_source: dict[tuple[str, str, int], Unit] = {}  # (link, src topic, partition) -> unit
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
@@ -78,18 +101,58 @@ class Partitions:
             self.sources[link.name] = c
         return c
 
+    def _probe(self, link: Link) -> Consumer:
+        c = self.probes.get(link.name)
+        if c is None:
+            c = self._new_source_consumer(link.src_cluster)
+            self.probes[link.name] = c
+        return c
+
     def acquire(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer) -> None:
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
-        end, origin = resume_point(self.reader, TopicPartition(dst_kt, unit.partition), dst_uuid)
+        end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
         writer = OffsetPreservingWriter(
-            producer, dst_kt, unit.partition, end, dst_uuid, feeds[0][0].src_uuid, origin, label=unit.key
+            producer,
+            dst_kt,
+            unit.partition,
+            end,
+            dst_uuid,
+            feeds[0][0].src_uuid,
+            origin_of_tail(last, dst_uuid),
+            label=unit.key,
         )
-        state = UnitState(unit, writer)
-        self.units[unit] = state
-        for link, src_kt in feeds:
+        state = UnitState(unit, writer, tail=tail_of(last, dst_uuid) if last is not None else None)
+        state.unverified = {link.name: (link, src_kt) for link, src_kt in feeds}
+        if self.verify_feeds(state):
+            self.units[unit] = state
+            log.info("acquired %s at offset %d", unit.key, end)
+
+    def verify_feeds(self, state: UnitState) -> bool:
+        """Start the unverified feeds whose source still holds the replica's history (False: it does not, and
+        the unit failed). A source that does not answer now is asked again later (retry_unverified)."""
+        now = time.monotonic()
+        for name, (link, src_kt) in list(state.unverified.items()):
+            if max(self._retry_at.get(name, 0.0), self._retry_at.get(f"{name} {state.unit.key}", 0.0)) > now:
+                continue
+            verdict = self.check_source(state, link, TopicPartition(src_kt, state.unit.partition))
+            if verdict is False:
+                return False
+            if verdict is not True:
+                # A source cluster that does not answer is asked again for all its partitions at once; a
+                # partition that cannot be read (its topic missing) only for itself.
+                self._retry_at[name if verdict == "down" else f"{name} {state.unit.key}"] = now + RETRY_SECONDS
+                continue
+            del state.unverified[name]
             self._add_feed(state, link, src_kt)
-        log.info("acquired %s at offset %d", unit.key, end)
+            self.links_by_source[name] = link
+        return True
+
+    def retry_unverified(self) -> None:
+        """Called from the loop: the feeds whose source did not answer when their partition was acquired."""
+        for unit, state in list(self.units.items()):
+            if state.unverified and unit not in self.errored:
+                self.verify_feeds(state)
 
     def _add_feed(self, state: UnitState, link: Link, src_kt: str) -> None:
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
@@ -117,6 +180,55 @@ class Partitions:
     def drop_all(self) -> None:
         for unit in list(self.units):
             self.drop(unit)
+
+    def check_source(self, state: UnitState, link: Link, tp: TopicPartition) -> bool | str:
+        """Does the source still hold what the replica holds (divergence.check)? On a divergence the unit fails
+        (False). When the source cannot be read now: "down" (its cluster does not answer) or "unread"."""
+        state.checked_at = time.monotonic()
+        w = state.writer
+        try:
+            div = check(
+                self._probe(link), tp, w.next, state.tail, link.src_uuid, w.dst_uuid, state.sole_feed, CHECK_TIMEOUT
+            )
+        except (KafkaException, TimeoutError) as e:
+            log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
+            return "down" if isinstance(e, TimeoutError) or kafka.is_transport(e) else "unread"
+        if div is None:
+            return True
+        self.diverged(state.unit, link, div)
+        return False
+
+    def check_reread(self, state: UnitState, link: Link, batch: list[Message]) -> bool:
+        """Source records below the replica's end arrived (a feed seeks back, or the source reset the feed's
+        position because the offset it asked for is out of range): compare them with what the replica holds.
+        The record at the replica's last offset, when it is among them, is compared here; without it, the
+        source's end is checked (a request; at most every REREAD_CHECK_SECONDS per partition, while nothing is
+        in flight). False when the partition failed."""
+        w = state.writer
+        want = w.next - 1
+        if state.tail is None or state.tail.origin == w.dst_uuid:
+            return True
+        first, last = batch[0].offset() or 0, batch[-1].offset() or 0
+        if first <= want <= last:
+            rec = next((m for m in batch if m.offset() == want), None)
+            if rec is None:
+                return True  # no visible record there (a marker, compacted away): nothing to compare
+            source = tail_of(rec, link.src_uuid)
+            # The source's end is not known here: it is at least past this batch.
+            div = compare(state.tail, w.next, source, last + 1, link.src_uuid, w.dst_uuid, state.sole_feed)
+            if div is not None:
+                self.diverged(state.unit, link, div)
+                return False
+            return True
+        # With several feeds, a source behind the replica's end is common (a second path): not checked here.
+        if last < want and state.sole_feed and w.idle() and time.monotonic() - state.checked_at > REREAD_CHECK_SECONDS:
+            return self.check_source(state, link, state.feeds[link.name][1]) is not False
+        return True
+
+    def diverged(self, unit: Unit, link: Link, div: Divergence) -> None:
+        self.stats.divergences += 1
+        source = f"source {link.src}:{unit.topic} partition {unit.partition}"
+        self.fail(unit, div.describe(source, f"streamrepl diffstreams -src {link.src} -dst {link.dst}"))
 
     def fail(self, unit: Unit, error: str) -> None:
         log.error("%s", error)
@@ -152,16 +264,23 @@ class Partitions:
             names = {link.name for link, _ in feeds}
             for name in [n for n in state.feeds if n not in names]:
                 self._remove_feed(state, name)
+            for name in [n for n in state.unverified if n not in names]:
+                del state.unverified[name]
             for link, src_kt in feeds:
                 if link.name not in state.feeds:
-                    self._add_feed(state, link, src_kt)
+                    # A link added to a running partition: its source is compared with the replica first.
+                    state.unverified[link.name] = (link, src_kt)
                 elif state.feeds[link.name][0] != link:
                     # The link's settings changed (`replica edit -throttle ...`): follow them.
                     state.feeds[link.name] = (link, state.feeds[link.name][1])
+            if state.unverified:
+                self.verify_feeds(state)
         self.recheck_lagging_feeds()
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
             self.sources.pop(name).close()
+        for name in [n for n in self.probes if n not in live]:
+            self.probes.pop(name).close()
         self.links_by_source = {
             name: next(state.feeds[name][0] for state in self.units.values() if name in state.feeds)
             for name in self.sources
@@ -207,7 +326,8 @@ class Partitions:
 
     def close(self) -> None:
         """Close the source consumers and the reader."""
-        for c in self.sources.values():
+        for c in [*self.sources.values(), *self.probes.values()]:
             c.close()
         self.sources.clear()
+        self.probes.clear()
         self.reader.close()

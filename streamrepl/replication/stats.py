@@ -59,6 +59,8 @@ class GatewayStats:
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     rebalances: int = 0
     failures: int = 0
+    #: partitions stopped because their source's history changed under the replica (divergence.py)
+    divergences: int = 0
     write_restarts: int = 0
     # Read when asked for (set by the gateway): the state right now.
     partitions: Callable[[], int] = _zero

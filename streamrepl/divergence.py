@@ -1,0 +1,131 @@
+"""Divergence: a source partition whose history changed under its replica.
+
+A replica holds each record at its source offset, and a writer goes on from the replica's real end (applier.py).
+That is only right while the source still holds, at the offsets the replica holds, the records that were copied.
+When the source's history changes (its broker comes back without records it had acknowledged, the topic is
+deleted and re-created outside streamrepl, the cluster is rebuilt from a backup), the replica's offsets mean other
+records at the source: going on would append the new history after the old one, silently.
+
+So before a writer goes on (a gateway acquiring a partition, copystream resuming one) and whenever a running
+gateway reads source records below the replica's end again, the replica's last record is compared with the
+source's record at that offset, in the terms of the replication policy (policy.py): the same origin, timestamp,
+key and value (a digest of them), or both a filler. And the source must not end below a record the replica got
+from it: a partition's end never moves backwards (expiry and compaction remove records from the start or in the
+middle, never the end), so a source that ends there lost that record.
+
+What is not a divergence: the replica's own records (multi-master: the other side holds them once they are
+copied there), records the source no longer shows because compaction or expiry removed them (nothing to
+compare), and a replica whose last record was written into it directly (the writer's conflict checks own that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from . import kafka, policy
+from .kafka import Consumer, Message, TopicPartition
+
+
+class Tail(NamedTuple):
+    """A record as replication sees it: its origin, a digest of its origin and either its filler mark or its key
+    and value, and its timestamp (0 for a filler)."""
+
+    origin: str
+    digest: bytes
+    timestamp: int = 0
+
+    def holds(self, source: Tail) -> bool:
+        """Is this replica record a copy of `source`? A source record without a timestamp (-1, or 0) is copied
+        with the copy's time (the producer stamps it), so its timestamp is not compared then."""
+        return self.digest == source.digest and (source.timestamp <= 0 or self.timestamp == source.timestamp)
+
+
+def tail_of(m: Message, own_uuid: str) -> Tail:
+    """`own_uuid` is the stream the record was read from (the origin of a record without the header)."""
+    headers = m.headers()
+    origin = policy.origin_of(headers, own_uuid)
+    if policy.is_filler(headers):
+        return filler_tail(origin)
+    h = hashlib.blake2b(digest_size=16)
+    for part in (origin.encode(), m.key(), m.value()):
+        if part is None:
+            h.update(b"\xff")
+        else:
+            h.update(len(part).to_bytes(8, "big"))
+            h.update(part)
+    return Tail(origin, h.digest(), m.timestamp()[1])
+
+
+def filler_tail(origin: str) -> Tail:
+    return Tail(origin, b"filler:" + origin.encode())
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where and how a source's history left its replica's: `offset` is the first offset whose records differ."""
+
+    offset: int
+    source_end: int
+    replica_end: int
+    why: str
+
+    def describe(self, source: str, diff_hint: str) -> str:
+        """`source`: e.g. "source /a/s:t partition 0"; `diff_hint`: the command that shows the difference."""
+        return (
+            f"{source} diverged at offset {self.offset}: {self.why} (source end {self.source_end}, replica end"
+            f" {self.replica_end}); the replica holds another history. Run '{diff_hint}' to see it, then re-create"
+            " the replica (or, once DR commands exist, resynchronize)"
+        )
+
+
+def compare(
+    replica: Tail | None,
+    replica_end: int,
+    source: Tail | None,
+    source_end: int,
+    src_uuid: str,
+    dst_uuid: str,
+    sole_feed: bool = True,
+) -> Divergence | None:
+    """Compare what a replica partition holds at its last offset with what its source holds there.
+
+    `replica`: the replica's record at replica_end - 1 (None: nothing visible); `source`: the source's record at
+    that offset (None: nothing visible, or the source ends before it); `sole_feed`: this source is the only one
+    feeding the replica partition (with several, the replica's last record may have come from another)."""
+    if replica_end <= 0 or replica is None or replica.origin == dst_uuid:
+        return None  # nothing held, or the replica's own record (or one written into it directly): see the module doc
+    if source_end < replica_end:
+        if replica.origin == src_uuid or sole_feed:
+            return Divergence(
+                source_end,
+                source_end,
+                replica_end,
+                f"the source now ends at offset {source_end}, below records it had when they were replicated",
+            )
+        return None
+    if source is None or replica.holds(source):
+        return None  # removed by compaction or expiry, or a transaction marker: nothing to compare
+    return Divergence(replica_end - 1, source_end, replica_end, "the source's record there is not the one replicated")
+
+
+def check(
+    consumer: Consumer,
+    source_tp: TopicPartition,
+    replica_end: int,
+    replica: Tail | None,
+    src_uuid: str,
+    dst_uuid: str,
+    sole_feed: bool = True,
+    timeout: float = kafka.REQUEST_TIMEOUT,
+) -> Divergence | None:
+    """Read the source's real end and its record at replica_end - 1, and compare (see compare). `consumer` reads
+    the source; this check assigns it (it must not be one that feeds a writer)."""
+    if replica_end <= 0 or replica is None or replica.origin == dst_uuid:
+        return None  # compare() would not look at the source
+    tp = TopicPartition(source_tp.topic, source_tp.partition)
+    source_end = kafka.true_end(consumer, tp, timeout)
+    last = kafka.last_record(consumer, tp, replica_end) if source_end >= replica_end else None
+    source = tail_of(last, src_uuid) if last is not None else None
+    return compare(replica, replica_end, source, source_end, src_uuid, dst_uuid, sole_feed)
