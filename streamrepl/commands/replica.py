@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, app, handles_errors, opt, output, require
+from .common import BOOL, app, handles_errors, opt, output, require, sigterm_interrupts
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -183,11 +183,12 @@ def autosetup_cmd(path: str, replica: str, **kw: Any) -> None:
     def say(text: str) -> None:
         print(f"autosetup: {text}", file=sys.stderr)
 
-    row = autosetup(
-        app().registry,
-        require(path, "path"),
-        require(replica, "replica"),  # type: ignore[arg-type]
-        say=say if sys.stderr.isatty() else (lambda _: None),
-        **kw,
-    )
+    with sigterm_interrupts():
+        row = autosetup(
+            app().registry,
+            require(path, "path"),
+            require(replica, "replica"),  # type: ignore[arg-type]
+            say=say if sys.stderr.isatty() else (lambda _: None),
+            **kw,
+        )
     output([row])
