@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from support import STREAMREPL_BIN, Run, one_error_line, run_proc
 
+from streamrepl.local import EphemeralClusters
+
 
 # -- 1. a signal while Spark starts stops its JVM and removes its log -------------------------------------------
 def _marked_pids(marker: str) -> list[int]:
@@ -82,3 +84,45 @@ def test_a_signal_while_spark_starts_stops_the_jvm_and_removes_its_log(
         os.kill(pid, signal.SIGKILL)
     assert left == [], "processes of the interrupted run are still running"
     assert list(tmp_path.glob("streamrepl-spark-*.log")) == []
+
+
+# -- 2. streamrepl's own consumer groups are not for consume; cursor list shows every other group ----------------
+def test_consume_refuses_a_group_of_streamrepl_itself(cli: Callable[..., Run], new_path: Callable[..., str]) -> None:
+    src = new_path()
+    assert cli("stream", "create", "-path", src).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    line = one_error_line(cli("consume", "-path", f"{src}:t", "-group", "streamrepl-gateways-b", "-timeout", "1"))
+    assert "streamrepl-" in line and "-group" in line, line
+
+
+def _commit(clusters: EphemeralClusters, path: str, group: str) -> None:
+    """`group` commits offset 1 of partition 0 of topic t of `path` (a raw Kafka client: any name goes)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streamrepl.paths import kafka_topic_name, parse_stream
+
+    kt = kafka_topic_name(parse_stream(path, {"sanfrancisco", "newyork"}, "sanfrancisco"), "t")
+    c = Consumer({"bootstrap.servers": clusters.brokers["sanfrancisco"].bootstrap, "group.id": group})
+    try:
+        c.commit(offsets=[TopicPartition(kt, 0, 1)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_cursor_list_shows_a_group_with_control_characters_and_hides_only_internal_groups(
+    cli: Callable[..., Run], clusters: EphemeralClusters, new_path: Callable[..., str]
+) -> None:
+    src = new_path()
+    assert cli("stream", "create", "-path", src, "-defaultpartitions", "1").code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    assert run_proc(["produce", "-path", f"{src}:t"], stdin="a\nb\n").code == 0
+    _commit(clusters, src, "odd\ngroup\x07")
+    _commit(clusters, src, "streamrepl-gateways-x")
+    _commit(clusters, src, "plain")
+    run = cli("stream", "cursor", "list", "-path", src, "-noheader")
+    assert run.code == 0, run
+    groups = [line.split("\t")[0] for line in run.stdout.splitlines()]
+    assert groups == ["odd\\ngroup\\x07", "plain"], run.stdout
+    data = cli("stream", "cursor", "list", "-path", src, "-json").data()
+    assert sorted(r["consumergroup"] for r in data) == ["odd\ngroup\x07", "plain"]
+    assert "streamrepl-" in " ".join(cli("stream", "cursor", "list", "-help").stdout.split())

@@ -333,12 +333,19 @@ def consume(
     streamrepl consume -path /sanfrancisco/activity:clicks -offset -10 -count 10 -json
     """
     from ..client import StreamConsumer
+    from ..kafka import INTERNAL_GROUP_PREFIX  # imports confluent_kafka: not for --help
 
     stream, topic = _split_path(path)
     if count is not None and count < 0:
         raise InvalidArgument(f"-count {count} is negative")
     if group is not None and not group:
         raise InvalidArgument("-group is empty; name a consumer group, or leave -group out to read without one")
+    if group is not None and group.startswith(INTERNAL_GROUP_PREFIX):
+        # Joining a gateway's group would take partitions from the gateways and leave them unreplicated.
+        raise InvalidArgument(
+            f"-group '{group}': names starting with '{INTERNAL_GROUP_PREFIX}' are streamrepl's own groups"
+            " (gateways, readers); pick another name"
+        )
     if timestamp is not None and timestamp < 0:
         raise InvalidArgument(f"-timestamp {timestamp} is negative; give milliseconds since the epoch")
     for n in partition:
