@@ -126,3 +126,35 @@ def test_cursor_list_shows_a_group_with_control_characters_and_hides_only_intern
     data = cli("stream", "cursor", "list", "-path", src, "-json").data()
     assert sorted(r["consumergroup"] for r in data) == ["odd\ngroup\x07", "plain"]
     assert "streamrepl-" in " ".join(cli("stream", "cursor", "list", "-help").stdout.split())
+
+
+# -- 3. a cell reads back one way only ----------------------------------------------------------------------------
+def test_consume_shows_a_byte_and_its_escape_as_text_differently(
+    cli: Callable[..., Run], clusters: EphemeralClusters, new_path: Callable[..., str]
+) -> None:
+    from confluent_kafka import Producer
+
+    from streamrepl.paths import kafka_topic_name, parse_stream
+
+    src = new_path()
+    assert cli("stream", "create", "-path", src, "-defaultpartitions", "1").code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    kt = kafka_topic_name(parse_stream(src, {"sanfrancisco", "newyork"}, "sanfrancisco"), "t")
+    p = Producer({"bootstrap.servers": clusters.brokers["sanfrancisco"].bootstrap, "log_level": 0})
+    for key in (b"\xff\xfe", b"\\xff\\xfe", b"a\\tb", b"a\tb", b"bell\x07"):
+        p.produce(kt, key=key, value=b"v")
+    assert p.flush(10) == 0
+    del p
+    run = cli("consume", "-path", f"{src}:t", "-offset", "earliest", "-count", "5", "-timeout", "10")
+    assert run.code == 0, run
+    keys = [line.split("\t")[4] for line in run.stdout.splitlines()]
+    assert keys == ["\\xff\\xfe", "\\\\xff\\\\xfe", "a\\\\tb", "a\\tb", "bell\\x07"], keys
+
+
+def test_table_cells_escape_backslashes_and_control_characters() -> None:
+    from streamrepl.output import escape_bytes, escape_text
+
+    assert escape_text("plain text, é") == "plain text, é"
+    assert escape_text("a\\b") == "a\\\\b"
+    assert escape_text("a\nb\tc\x1b[31m") == "a\\nb\\tc\\x1b[31m"
+    assert escape_bytes(b"\xff") != escape_bytes(b"\\xff")

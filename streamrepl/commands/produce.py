@@ -14,6 +14,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument, NotFound, StreamreplError
+from ..output import escape_bytes, escape_text
 from ..paths import split_topic
 from .common import app, handles_errors, opt, output, require
 
@@ -244,10 +245,7 @@ def _summary(topic: str, results: list[Delivery]) -> None:
 
 
 def _text(b: bytes | None) -> str:
-    if b is None:
-        return ""
-    s = b.decode("utf-8", errors="backslashreplace")
-    return s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return "" if b is None else escape_bytes(b)
 
 
 def _json_field(b: bytes | None) -> tuple[Any, bool]:
@@ -325,7 +323,8 @@ def consume(
     """Print the records of a stream topic, one per line, committing as it goes when -group is given.
 
     Lines are tab-separated: topic, partition, offset, timestamp, key, value, headers (k=v,...),
-    with tabs, newlines and backslashes escaped; with -json each line is a JSON object with
+    with backslashes, tabs, newlines and other control characters escaped (\\\\, \\t, \\n, \\xNN) and bytes
+    that are not UTF-8 as \\xNN; with -json each line is a JSON object with
     topic, partition, offset, timestamp, key, value, headers (and stream, the copy read).
 
     \b
@@ -393,7 +392,7 @@ def consume(
                 if as_json:
                     out.write(_record_json(r) + "\n")
                 else:
-                    hs = ",".join(f"{k}={_text(v)}" for k, v in r.headers)
+                    hs = ",".join(f"{escape_text(k)}={_text(v)}" for k, v in r.headers)
                     out.write(
                         f"{r.topic}\t{r.partition}\t{r.offset}\t{r.timestamp}\t{_text(r.key)}\t{_text(r.value)}\t{hs}\n"
                     )
