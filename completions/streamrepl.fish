@@ -152,7 +152,7 @@ complete -c streamrepl -n '__streamrepl_at \'gateway\'' -s h -l help -o help -d 
 
 # streamrepl gateway start
 complete -c streamrepl -n '__streamrepl_at \'gateway start\'' -o cluster -l cluster -x -d 'Destination cluster whose replicas this gateway feeds.'
-complete -c streamrepl -n '__streamrepl_at \'gateway start\'' -o id -l id -x -d 'Gateway name (default: <host>-<pid>).'
+complete -c streamrepl -n '__streamrepl_at \'gateway start\'' -o id -l id -x -d 'Gateway name: letters, digits, \'.\', \'_\' and \'-\' (default: <host>-<pid>).'
 complete -c streamrepl -n '__streamrepl_at \'gateway start\'' -o loglevel -l loglevel -x -d 'DEBUG, INFO, WARNING or ERROR.'
 complete -c streamrepl -n '__streamrepl_at \'gateway start\'' -o metricsport -l metricsport -x -d 'Serve Prometheus metrics on this port (GET /metrics; 0: any).'
 complete -c streamrepl -n '__streamrepl_at \'gateway start\'' -o metricsaddr -l metricsaddr -x -d 'Address the metrics port listens on.'

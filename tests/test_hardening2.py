@@ -158,3 +158,17 @@ def test_table_cells_escape_backslashes_and_control_characters() -> None:
     assert escape_text("a\\b") == "a\\\\b"
     assert escape_text("a\nb\tc\x1b[31m") == "a\\nb\\tc\\x1b[31m"
     assert escape_bytes(b"\xff") != escape_bytes(b"\\xff")
+
+
+# -- 4. gateway ids --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gateway_id", ["bad\nid", "with space", "slash/id", "", "é"])
+def test_gateway_start_refuses_an_id_outside_letters_digits_dot_underscore_dash(
+    tmp_path: Path, gateway_id: str
+) -> None:
+    registry = tmp_path / "clusters.yaml"
+    registry.write_text("clusters:\n  newyork:\n    bootstrap.servers: 127.0.0.1:1\n")
+    # A process of its own: a gateway that takes the id runs until it is stopped.
+    run = run_proc(["gateway", "start", "-cluster", "newyork", "-id", gateway_id, "-clusters", registry], timeout=30)
+    line = one_error_line(run)
+    assert "-id" in line and "letters, digits" in line, line
+
