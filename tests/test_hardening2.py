@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import STREAMREPL_BIN, Run, one_error_line, run_proc
+from support import STREAMREPL_BIN, Run, one_error_line, run_cli, run_proc
 
 from streamrepl.local import EphemeralClusters
 
@@ -172,3 +172,14 @@ def test_gateway_start_refuses_an_id_outside_letters_digits_dot_underscore_dash(
     line = one_error_line(run)
     assert "-id" in line and "letters, digits" in line, line
 
+
+# -- 5. local up refuses what the registry would refuse -------------------------------------------------------------
+@pytest.mark.parametrize("names", ["mapr", "sanfrancisco,mapr"])
+def test_local_up_refuses_a_cluster_the_registry_refuses(tmp_path: Path, names: str) -> None:
+    try:
+        run = run_cli("local", "up", "-clusters", names, "-dir", str(tmp_path))
+    finally:
+        run_cli("local", "down", "-dir", str(tmp_path))  # brokers it should not have started
+    line = one_error_line(run)
+    assert "'mapr'" in line, line
+    assert not (tmp_path / "clusters.yaml").exists()
