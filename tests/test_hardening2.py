@@ -183,3 +183,35 @@ def test_local_up_refuses_a_cluster_the_registry_refuses(tmp_path: Path, names: 
     line = one_error_line(run)
     assert "'mapr'" in line, line
     assert not (tmp_path / "clusters.yaml").exists()
+
+
+# -- 6. diffstreams checks its arguments before Spark starts ------------------------------------------------------
+#: A master that cannot start: an argument checked after Spark starts fails on it instead.
+NO_SPARK = ["-master", "spark://127.0.0.1:1"]
+
+
+def test_diffstreams_refuses_an_outdir_it_cannot_write_before_spark_starts(
+    cli: Callable[..., Run], new_path: Callable[..., str], tmp_path: Path
+) -> None:
+    src, dst = new_path(), new_path("newyork")
+    for path in (src, dst):
+        assert cli("stream", "create", "-path", path).code == 0
+        assert cli("stream", "topic", "create", "-path", path, "-topic", "t").code == 0
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_error_line(cli("diffstreams", "-src", src, "-dst", dst, "-outdir", blocker / "out", *NO_SPARK))
+    assert "-outdir" in line and "Spark" not in line, line
+    run = cli("diffstreams", "-src", src, "-dst", dst, "-outdir", blocker, *NO_SPARK, "-json")
+    assert run.code != 0 and "-outdir" in run.json()["errors"][0]["desc"], run
+    assert blocker.read_text() == ""
+
+
+def test_diffstreams_refuses_a_stream_compared_with_itself(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    src = new_path()
+    assert cli("stream", "create", "-path", src).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    for dst in (src, f"/mapr{src}"):
+        line = one_error_line(cli("diffstreams", "-src", src, "-dst", dst, *NO_SPARK))
+        assert "same stream" in line and "Spark" not in line, line

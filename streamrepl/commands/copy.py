@@ -134,6 +134,8 @@ def diffstreams(
     """
     from ..bulk import diffstreams as job  # imports confluent_kafka: not for --help
 
+    if outdir:
+        job.check_outdir(outdir)  # before the job: its result would be lost
     with sigterm_interrupts():
         res = job.diffstreams(
             app().registry,
