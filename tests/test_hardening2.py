@@ -215,3 +215,22 @@ def test_diffstreams_refuses_a_stream_compared_with_itself(
     for dst in (src, f"/mapr{src}"):
         line = one_error_line(cli("diffstreams", "-src", src, "-dst", dst, *NO_SPARK))
         assert "same stream" in line and "Spark" not in line, line
+
+
+# -- 7. stream create takes the compaction settings stream edit takes -------------------------------------------
+def test_stream_create_takes_the_compaction_settings(cli: Callable[..., Run], new_path: Callable[..., str]) -> None:
+    path = new_path()
+    made = cli(
+        "stream", "create", "-path", path, "-compact", "true", "-mincompactionlag", "5000", "-deleteretention", "7"
+    )
+    assert made.code == 0, made
+    [info] = cli("stream", "info", "-path", path, "-json").data()
+    assert info["compact"] is True, info
+    # stream info shows no compaction lag or delete retention: read them where the topics get them from.
+    from streamrepl import registry, streams
+
+    rec = streams.load(registry.load(None), path)[1]
+    kept = {k: rec[k] if isinstance(rec, dict) else getattr(rec, k) for k in ("mincompactionlag", "deleteretention")}
+    assert kept == {"mincompactionlag": 5000, "deleteretention": 7}, kept
+    line = one_error_line(cli("stream", "create", "-path", new_path(), "-deleteretention", "-1"))
+    assert "-deleteretention -1 is negative" in line, line
