@@ -234,3 +234,19 @@ def test_stream_create_takes_the_compaction_settings(cli: Callable[..., Run], ne
     assert kept == {"mincompactionlag": 5000, "deleteretention": 7}, kept
     line = one_error_line(cli("stream", "create", "-path", new_path(), "-deleteretention", "-1"))
     assert "-deleteretention -1 is negative" in line, line
+
+
+# -- 8. a paused synchronous replica is not waited for, and produce says so ---------------------------------------
+def test_produce_warns_once_that_a_paused_synchronous_replica_is_not_waited_for(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    src, dst = new_path(), new_path("newyork")
+    for path in (src, dst):
+        assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    added = cli("stream", "replica", "add", "-path", src, "-replica", dst, "-synchronous", "true", "-paused", "true")
+    assert added.code == 0, added
+    run = run_proc(["produce", "-path", f"{src}:t"], stdin="a\nb\nc\n")
+    assert run.code == 0, run
+    warning = f"replica {dst} is synchronous but paused: records are acknowledged without waiting for it"
+    assert [line for line in run.stderr.splitlines() if "paused" in line] == [f"warning: {warning}"], run.stderr

@@ -154,23 +154,30 @@ class StreamProducer:
         self._pending: deque[_Pending] = deque()
         self._written: dict[tuple[str, int], int] = {}  # highest offset acknowledged by the broker
         self.replicas: dict[str, _SyncReplica] = {}
+        #: Synchronous replicas that are paused: records are acknowledged without waiting for them.
+        self.paused_synchronous: list[str] = []
         self.stats: dict[str, Any] = {"acked": 0, "acked_sync": 0, "fallbacks": 0, "recoveries": 0, "errors": 0}
         self._load_replicas(rec)
 
     # -- metadata ---------------------------------------------------------------------------------
     def _load_replicas(self, rec: Record) -> None:
         wanted = {}
+        paused = []
         for e in rec.get("replicas", []):
-            if not e.get("synchronous") or e.get("paused"):
+            if not e.get("synchronous"):
                 continue
             try:
                 if e.get("path"):
                     sp = resolve(self.reg, e["path"]).path
                 else:
                     sp = StreamPath(e["cluster"], e["stream"] if e["stream"].startswith("/") else "/" + e["stream"])
-                wanted[str(sp)] = (sp, self.reg.get(sp.cluster))
+                if e.get("paused"):
+                    paused.append(str(sp))
+                else:
+                    wanted[str(sp)] = (sp, self.reg.get(sp.cluster))
             except (StreamreplError, KeyError) as err:
                 log.warning("synchronous replica %s of %s is not usable: %s", e, self.r.path, err)
+        self.paused_synchronous = paused
         for path in [p for p in self.replicas if p not in wanted]:
             self.replicas.pop(path).close()
         for path, (sp, cluster) in wanted.items():

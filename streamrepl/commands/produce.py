@@ -180,6 +180,10 @@ def produce(
         results.append(d)
 
     p = StreamProducer(f"{stream}:{topic}", app().registry)
+    for replica in p.paused_synchronous:
+        sys.stderr.write(
+            f"warning: replica {replica} is synchronous but paused: records are acknowledged without waiting for it\n"
+        )
     count = 0
     # Records are written as they are read (stdin need not end), so a bad line cannot take back the
     # lines before it: reading stops there, and the error says what was written.
