@@ -250,3 +250,42 @@ def test_produce_warns_once_that_a_paused_synchronous_replica_is_not_waited_for(
     assert run.code == 0, run
     warning = f"replica {dst} is synchronous but paused: records are acknowledged without waiting for it"
     assert [line for line in run.stderr.splitlines() if "paused" in line] == [f"warning: {warning}"], run.stderr
+
+
+# -- 9. writes into a one-way replica, and cycles of one-way links ------------------------------------------------
+def _link(cli: Callable[..., Run], src: str, dst: str) -> None:
+    """Both halves of a link from `src` to `dst`."""
+    added = cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", "true")
+    assert added.code == 0, added
+    assert cli("stream", "upstream", "add", "-path", dst, "-upstream", src).code == 0
+
+
+def test_produce_into_a_one_way_replica_is_refused(cli: Callable[..., Run], new_path: Callable[..., str]) -> None:
+    src, dst = new_path(), new_path("newyork")
+    for path in (src, dst):
+        assert cli("stream", "create", "-path", path).code == 0
+        assert cli("stream", "topic", "create", "-path", path, "-topic", "t").code == 0
+    _link(cli, src, dst)
+    run = run_proc(["produce", "-path", f"{dst}:t"], stdin="stray\n")
+    line = one_error_line(run)
+    assert "upstream" in line and src in line and "multi-master" in line, line
+    read = cli("consume", "-path", f"{dst}:t", "-offset", "earliest", "-timeout", "1")
+    assert read.code == 0 and read.stdout == "", read
+    # Both ways, each stream's records are its own to write.
+    _link(cli, dst, src)
+    assert run_proc(["produce", "-path", f"{dst}:t"], stdin="mine\n").code == 0
+
+
+def test_replica_add_refuses_to_close_a_cycle_of_one_way_links(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    a, b, c = new_path(stem="cy"), new_path("newyork", stem="cy"), new_path(stem="cy")
+    for path in (a, b, c):
+        assert cli("stream", "create", "-path", path).code == 0
+    _link(cli, a, b)
+    _link(cli, b, c)
+    line = one_error_line(cli("stream", "replica", "add", "-path", c, "-replica", a))
+    assert "cycle" in line and f"{a} -> {b} -> {c}" in line, line
+    assert [r["replicaPath"] for r in cli("stream", "replica", "list", "-path", c, "-json").data()] == []
+    # Two streams replicating to each other are a multi-master pair, not a cycle to refuse.
+    assert cli("stream", "replica", "add", "-path", b, "-replica", a, "-paused", "true").code == 0

@@ -16,7 +16,7 @@ from ..kafka import KafkaError, KafkaException, Message, Producer, TopicPartitio
 from ..metastore import Record
 from ..paths import StreamPath, kafka_topic_name, split_topic, validate_topic
 from ..registry import Cluster, Registry
-from ..streams import kafka_configs, load, resolve
+from ..streams import Resolved, kafka_configs, load, resolve
 from .access import open_stream, registry_or_default, stream_topic
 
 log = logging.getLogger("streamrepl.client")
@@ -120,6 +120,20 @@ class _Pending:
     callback: Callable[[KafkaError | None, Delivery], None] | None
 
 
+def _refuse_one_way_replica(r: Resolved, rec: Record) -> None:
+    """A stream fed by an upstream it does not replicate back to holds only its upstream's records, offset for
+    offset: a record written here takes an offset the next replicated record needs, and the link stops in ERROR."""
+    back = {e["path"] for e in rec.get("replicas", [])}
+    one_way = [e["path"] for e in rec.get("upstreams", []) if e["path"] not in back]
+    if one_way:
+        raise InvalidArgument(
+            f"stream {r.path} is a replica of {one_way[0]}: its records come from its upstream, and one written here"
+            f" would stop replication in ERROR; write to {one_way[0]}, or make the pair multi-master ('stream"
+            f" replica add -path {r.path} -replica {one_way[0]}' and 'stream upstream add -path {one_way[0]}"
+            f" -upstream {r.path}')"
+        )
+
+
 class StreamProducer:
     """Produces to a stream's topics by stream topic name, honouring synchronous replicas.
 
@@ -144,6 +158,7 @@ class StreamProducer:
         self.reg = registry_or_default(registry)
         stream_text, self.default_topic = split_topic(path)
         self.r, rec = open_stream(self.reg, stream_text, "produceperm", "produce to it")
+        _refuse_one_way_replica(self.r, rec)
         self._rec: Record = rec
         self.sync_timeout = sync_timeout
         self.sync_stall = sync_stall
