@@ -289,3 +289,20 @@ def test_replica_add_refuses_to_close_a_cycle_of_one_way_links(
     assert [r["replicaPath"] for r in cli("stream", "replica", "list", "-path", c, "-json").data()] == []
     # Two streams replicating to each other are a multi-master pair, not a cycle to refuse.
     assert cli("stream", "replica", "add", "-path", b, "-replica", a, "-paused", "true").code == 0
+
+
+def test_replica_resume_says_why_it_cannot_restart_a_link_in_error(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    src, dst = new_path(), new_path("newyork")
+    for path in (src, dst):
+        assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "replica", "add", "-path", src, "-replica", dst).code == 0
+    assert cli("stream", "upstream", "add", "-path", dst, "-upstream", src).code == 0
+    # The replica deleted and created again is another stream: the link is in ERROR.
+    assert cli("stream", "delete", "-path", dst).code == 0
+    assert cli("stream", "create", "-path", dst).code == 0
+    line = one_error_line(cli("stream", "replica", "resume", "-path", src, "-replica", dst))
+    assert "ERROR" in line and "was deleted and created again" in line, line
+    assert cli("stream", "replica", "pause", "-path", src, "-replica", dst).code == 0
+    assert cli("stream", "replica", "resume", "-path", src, "-replica", dst).code == 0

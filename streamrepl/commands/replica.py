@@ -91,10 +91,28 @@ def pause_cmd(path: str, replica: str) -> None:
 @_link
 @handles_errors
 def resume_cmd(path: str, replica: str) -> None:
-    """Resume replication to a replica from where it stopped."""
-    from .. import replicas
+    """Resume replication to a replica from where it stopped.
 
-    replicas.set_paused(app().registry, require(path, "path"), require(replica, "replica"), False)
+    A link in ERROR that is not paused is not restarted by resume: the command says why it is in
+    ERROR (see README, "A link in ERROR").
+    """
+    from .. import replicas
+    from ..errors import StreamreplError
+    from ..streams import resolve
+
+    reg = app().registry
+    target = str(resolve(reg, require(replica, "replica")).path)
+    try:
+        links = {r["replicaPath"]: r for r in replicas.list_replicas(reg, require(path, "path"))}
+    except StreamreplError:  # the links' state cannot be read now (a cluster down): resume all the same
+        links = {}
+    replicas.set_paused(reg, path, replica, False)
+    link = links.get(target)
+    if link is not None and not link["paused"] and link["replicaState"] == replicas.STATE_ERROR:
+        raise StreamreplError(
+            f"replica {target} was not paused: its link is in ERROR ({link['lasterror']}); resume restarts only a"
+            " paused link: deal with the cause first (see README, 'A link in ERROR')"
+        )
     output([])
 
 
