@@ -46,7 +46,7 @@ _streamrepl_options() {
         'stream') echo '-h --help -help' ;;
         'stream assign') echo '-h --help -help' ;;
         'stream assign list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -copymetafrom --copymetafrom -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -copymetafrom --copymetafrom -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor') echo '-h --help -help' ;;
         'stream cursor delete') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -153,6 +153,9 @@ _streamrepl_value() {
         'stream create|-topicperm'|'stream create|--topicperm') echo 'value' ;;
         'stream create|-copyperm'|'stream create|--copyperm') echo 'value' ;;
         'stream create|-adminperm'|'stream create|--adminperm') echo 'value' ;;
+        'stream create|-compact'|'stream create|--compact') echo 'choice:true false yes no' ;;
+        'stream create|-mincompactionlag'|'stream create|--mincompactionlag') echo 'value' ;;
+        'stream create|-deleteretention'|'stream create|--deleteretention') echo 'value' ;;
         'stream create|-copymetafrom'|'stream create|--copymetafrom') echo 'value' ;;
         'stream create|-clusters'|'stream create|--clusters') echo 'file' ;;
         'stream cursor delete|-path'|'stream cursor delete|--path') echo 'value' ;;

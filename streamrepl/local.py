@@ -190,8 +190,12 @@ def _wait_ready(proc: subprocess.Popen[bytes], broker: LocalBroker, timeout: flo
 def _validate(names: Iterable[str]) -> list[str]:
     out: list[str] = []
     for name in names:
-        if not _NAME_RE.fullmatch(name):
-            raise InvalidArgument(f"invalid cluster name '{name}': use letters, digits, '.', '_' or '-'")
+        if not _NAME_RE.fullmatch(name) or name == "mapr":
+            # The registry's rule: a registry that every other command would refuse is never written.
+            raise InvalidArgument(
+                f"invalid cluster name '{name}': use letters, digits, '.', '_' and '-', starting with a letter or"
+                " digit (and not 'mapr', which starts /mapr/<cluster>/... paths)"
+            )
         if name not in out:
             out.append(name)
     return out

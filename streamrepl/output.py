@@ -20,6 +20,35 @@ class OutputMode:
     long: bool = False
 
 
+#: The characters a table shows with a letter; other control characters become `\\xNN`.
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape_char(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    code = ord(c)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, kept by surrogateescape
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x20 or 0x7F <= code <= 0x9F:
+        return f"\\x{code:02x}"
+    return c
+
+
+def escape_text(text: str) -> str:
+    """`text` for a tab-separated cell: backslash as `\\\\`, tab, newline and carriage return as `\\t`, `\\n`,
+    `\\r`, other control characters and bytes that are not UTF-8 as `\\xNN`; everything else as it is. A cell
+    reads back one way only: the byte 0xFF shows as `\\xff`, the text `\\xff` as `\\\\xff`."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(_escape_char(c) for c in text)
+
+
+def escape_bytes(data: bytes) -> str:
+    """`data` (a record's key, value or header) for a tab-separated cell, escaped as `escape_text` does."""
+    return escape_text(data.decode("utf-8", errors="surrogateescape"))
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -27,7 +56,7 @@ def _cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
-    return str(value)
+    return escape_text(str(value))
 
 
 def columns_of(rows: Sequence[dict], columns: Sequence[str] | None) -> list[str]:

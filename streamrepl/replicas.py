@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import status as link_status
-from .errors import AlreadyExists, InvalidArgument, LimitExceeded, NotFound
+from .errors import AlreadyExists, InvalidArgument, LimitExceeded, NotFound, StreamreplError
 from .model import Replica, ReplicaState, Stream, Upstream
 from .registry import Registry
 from .streams import KAFKA_COMPRESSION, Resolved, check_perm, load, resolve
@@ -56,6 +56,43 @@ def _pair(reg: Registry, path: str, replica: str) -> tuple[Resolved, Stream, Res
     return src, srec, dst_r, drec
 
 
+def _refuse_one_way_cycle(reg: Registry, src: str, dst: str, drec: Stream) -> None:
+    """Refuse a link src -> dst that closes a cycle of one-way links (dst -> ... -> src): each stream of it
+    would take records from a stream that takes its own. A link back (dst -> src) makes a multi-master pair."""
+
+    def one_way_replicas(path: str, rec: Stream) -> list[str]:
+        targets = [e.path for e in rec.replicas]
+        out = []
+        for t in targets:
+            try:
+                _, trec = load(reg, t)
+            except StreamreplError:  # gone or unreachable: no link on through it to follow
+                continue
+            if trec.replica(path) is None:
+                out.append(t)
+        return out
+
+    if drec.replica(src) is not None:
+        return
+    trail = {dst: [dst]}
+    todo = [(dst, drec)]
+    while todo:
+        path, rec = todo.pop()
+        for nxt in one_way_replicas(path, rec):
+            if nxt == src:
+                cycle = " -> ".join([src, *trail[path], src])
+                raise InvalidArgument(
+                    f"a replica {dst} of {src} would close a cycle of one-way links ({cycle}); replicate between"
+                    " two streams both ways (multi-master) instead, or leave one link out"
+                )
+            if nxt not in trail:
+                trail[nxt] = [*trail[path], nxt]
+                try:
+                    todo.append((nxt, load(reg, nxt)[1]))
+                except StreamreplError:
+                    continue
+
+
 def add(
     reg: Registry,
     path: str,
@@ -69,6 +106,7 @@ def add(
 ) -> Replica:
     src, srec, dst, drec = _pair(reg, path, replica)
     check_perm(srec, "adminperm", src.path, "add replicas")
+    _refuse_one_way_cycle(reg, str(src.path), str(dst.path), drec)
     _check_encryption(reg, src, dst, networkencryption)
     compression = _compression(networkcompression, srec)
 

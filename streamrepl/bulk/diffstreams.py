@@ -201,6 +201,10 @@ def diffstreams(
 ) -> DiffResult:
     """Compare two streams partition by partition; see the module doc."""
     spark.check_spark_options(master, numthreads)
+    if str(streams.resolve(reg, src).path) == str(streams.resolve(reg, dst).path):
+        raise InvalidArgument(
+            f"-src {src} and -dst {dst} are the same stream; compare a stream with its replica or copy"
+        )
     src_r, src_rec = streams.load(reg, src)
     dst_r, dst_rec = streams.load(reg, dst)
     check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "compare it")
@@ -253,6 +257,19 @@ def diffstreams(
         return result
     finally:
         handle.stop()
+
+
+def check_outdir(outdir: str) -> None:
+    """Refuse an -outdir that `write_outdir` could not write, before the job runs (and without creating it)."""
+    d = Path(outdir).expanduser().absolute()
+    existing = next(p for p in (d, *d.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        what = "is not a directory" if existing == d else f"cannot be made: {existing} is not a directory"
+        raise InvalidArgument(f"-outdir {outdir} {what}; give a writable directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InvalidArgument(
+            f"-outdir {outdir} cannot be written ({existing} is not writable); give a writable directory"
+        )
 
 
 def write_outdir(outdir: str, result: DiffResult) -> Path:

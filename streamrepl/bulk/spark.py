@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -13,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from .. import kafka, settings
 from ..errors import InvalidArgument, StreamreplError
@@ -127,6 +129,7 @@ def start_spark(
     for k, v in spark_settings.items():
         builder = builder.config(k, v)
     log: str | None = None
+    children_before = _descendants(os.getpid())
     try:
         if SparkContext._gateway is None and not settings.debug():
             log = os.path.join(tempfile.gettempdir(), f"streamrepl-spark-{os.getpid()}.log")
@@ -134,17 +137,95 @@ def start_spark(
                 spark = builder.getOrCreate()
         else:
             spark = builder.getOrCreate()
-    except Exception as e:  # noqa: BLE001 - the JVM's reasons are in its log
-        detail = log_tail(log, lines=8) or describe(e, secrets)
-        where = f" (log {log})" if log else ""
-        raise StreamreplError(
-            f"Spark did not start on master {master or 'local'}{where}: {kafka.scrub(detail, secrets)}"
-        ) from None
+    except BaseException as e:
+        if isinstance(e, Exception):
+            _fail_to_start(e, master, log, secrets)
+        # Interrupted (Ctrl-C, or SIGTERM made an exception by the command): the JVM ignores SIGINT and
+        # would outlive us for good, so it goes, and with it its log, which would name nothing useful.
+        _stop_processes(_descendants(os.getpid()) - children_before)
+        if log and not settings.keep_spark_log():
+            with contextlib.suppress(OSError):
+                os.unlink(log)
+        raise
     spark.sparkContext.setLogLevel("WARN")
     handle = SparkHandle(spark, time.monotonic() - t0, owned=True, log=log)
     if not cast(str, spark.sparkContext.master).startswith("local"):
         _ship_package(spark.sparkContext)
     return handle
+
+
+def _fail_to_start(e: Exception, master: str | None, log: str | None, secrets: Iterable[str]) -> NoReturn:
+    """The JVM's reasons are in its log: its last lines, and where it is, make the error."""
+    detail = log_tail(log, lines=8) or describe(e, secrets)
+    where = f" (log {log})" if log else ""
+    raise StreamreplError(
+        f"Spark did not start on master {master or 'local'}{where}: {kafka.scrub(detail, secrets)}"
+    ) from None
+
+
+def _parents() -> dict[int, int]:
+    """Every process's parent: from /proc where there is one, else from ps."""
+    found: dict[int, int] = {}
+    if os.path.isdir("/proc"):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    with open(f"/proc/{entry}/stat") as f:
+                        # The command name (field 2) may hold spaces and parentheses: count from its end.
+                        found[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        return found
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, timeout=10)
+        for line in listing.stdout.splitlines():
+            with contextlib.suppress(ValueError):
+                pid, ppid = (int(x) for x in line.split())
+                found[pid] = ppid
+    return found
+
+
+def _descendants(root: int) -> set[int]:
+    parents = _parents()
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def _stop_processes(pids: set[int], wait: float = 5.0) -> None:
+    """Stop `pids` and whatever they start meanwhile: each tree is frozen first, so that none of it is
+    reparented out of sight (spark-submit is a shell script that starts a JVM to build the JVM's command)."""
+    frozen: set[int] = set()
+    while pending := pids - frozen:
+        for pid in pending:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= pending
+        pids = pids | set().union(*(_descendants(p) for p in pending))
+    for pid in frozen:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + wait
+    while (alive := {p for p in frozen if _alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs; a child of ours that ended is reaped here."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 def _ship_package(sc: Any) -> None:

@@ -16,7 +16,7 @@ from ..kafka import KafkaError, KafkaException, Message, Producer, TopicPartitio
 from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name, split_topic, validate_topic
 from ..registry import Cluster, Registry
-from ..streams import kafka_configs, load, resolve
+from ..streams import Resolved, kafka_configs, load, resolve
 from .access import open_stream, registry_or_default, stream_topic
 
 log = logging.getLogger("streamrepl.client")
@@ -120,6 +120,20 @@ class _Pending:
     callback: Callable[[KafkaError | None, Delivery], None] | None
 
 
+def _refuse_one_way_replica(r: Resolved, rec: Stream) -> None:
+    """A stream fed by an upstream it does not replicate back to holds only its upstream's records, offset for
+    offset: a record written here takes an offset the next replicated record needs, and the link stops in ERROR."""
+    back = {e.path for e in rec.replicas}
+    one_way = [e.path for e in rec.upstreams if e.path not in back]
+    if one_way:
+        raise InvalidArgument(
+            f"stream {r.path} is a replica of {one_way[0]}: its records come from its upstream, and one written here"
+            f" would stop replication in ERROR; write to {one_way[0]}, or make the pair multi-master ('stream"
+            f" replica add -path {r.path} -replica {one_way[0]}' and 'stream upstream add -path {one_way[0]}"
+            f" -upstream {r.path}')"
+        )
+
+
 class StreamProducer:
     """Produces to a stream's topics by stream topic name, honouring synchronous replicas.
 
@@ -144,6 +158,7 @@ class StreamProducer:
         self.reg = registry_or_default(registry)
         stream_text, self.default_topic = split_topic(path)
         self.r, rec = open_stream(self.reg, stream_text, "produceperm", "produce to it")
+        _refuse_one_way_replica(self.r, rec)
         self._rec: Stream = rec
         self.sync_timeout = sync_timeout
         self.sync_stall = sync_stall
@@ -154,23 +169,30 @@ class StreamProducer:
         self._pending: deque[_Pending] = deque()
         self._written: dict[tuple[str, int], int] = {}  # highest offset acknowledged by the broker
         self.replicas: dict[str, _SyncReplica] = {}
+        #: Synchronous replicas that are paused: records are acknowledged without waiting for them.
+        self.paused_synchronous: list[str] = []
         self.stats: dict[str, Any] = {"acked": 0, "acked_sync": 0, "fallbacks": 0, "recoveries": 0, "errors": 0}
         self._load_replicas(rec)
 
     # -- metadata ---------------------------------------------------------------------------------
     def _load_replicas(self, rec: Stream) -> None:
         wanted = {}
+        paused = []
         for e in rec.replicas:
-            if not e.synchronous or e.paused:
+            if not e.synchronous:
                 continue
             try:
                 if e.path:
                     sp = resolve(self.reg, e.path).path
                 else:
                     sp = StreamPath(e.cluster, e.stream if e.stream.startswith("/") else "/" + e.stream)
-                wanted[str(sp)] = (sp, self.reg.get(sp.cluster))
+                if e.paused:
+                    paused.append(str(sp))
+                else:
+                    wanted[str(sp)] = (sp, self.reg.get(sp.cluster))
             except (StreamreplError, KeyError) as err:
                 log.warning("synchronous replica %s of %s is not usable: %s", e, self.r.path, err)
+        self.paused_synchronous = paused
         for path in [p for p in self.replicas if p not in wanted]:
             self.replicas.pop(path).close()
         for path, (sp, cluster) in wanted.items():

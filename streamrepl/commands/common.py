@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,25 @@ class BoolWord(click.ParamType):
 
 
 BOOL = BoolWord()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, made an exception by `sigterm_interrupts` so that clean-up runs as it does for Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the block as Ctrl-C does (exit 143 instead of 130), for commands that start processes
+    or leave files that only their own clean-up removes (a Spark JVM and its log)."""
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def opt(name: str, *decls: str, **kwargs: Any) -> Callable:
@@ -120,8 +141,9 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
             return f(*args, **kwargs)
         except StreamreplError as e:
             report_error(command_name(ctx), e.code, e.message, a.mode)
-        except KeyboardInterrupt:
-            report_error(command_name(ctx), 4, "interrupted", a.mode, exit_code=130)
+        except KeyboardInterrupt as e:
+            code = 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+            report_error(command_name(ctx), 4, "interrupted", a.mode, exit_code=code)
         except BrokenPipeError:
             stdout_closed()
         except Exception as e:  # noqa: BLE001 - the promise is one line, never a traceback

@@ -11,7 +11,7 @@ import click
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument
 from ..output import envelope
-from .common import BOOL, app, handles_errors, opt, output, require
+from .common import BOOL, app, handles_errors, opt, output, require, sigterm_interrupts
 
 #: maprcli's "input/output error", for partitions not copied and streams that differ.
 EIO = 5
@@ -79,14 +79,15 @@ def copystream(
     """
     from ..bulk import copystream as job  # imports confluent_kafka: not for --help
 
-    res = job.copystream(
-        app().registry,
-        require(src, "src"),
-        require(dst, "dst"),
-        master=master,
-        numthreads=numthreads,
-        conf=parse_sparkconf(sparkconf),
-    )
+    with sigterm_interrupts():
+        res = job.copystream(
+            app().registry,
+            require(src, "src"),
+            require(dst, "dst"),
+            master=master,
+            numthreads=numthreads,
+            conf=parse_sparkconf(sparkconf),
+        )
     if not app().mode.json:
         sys.stdout.write(res.summary() + "\n")
         sys.stdout.flush()
@@ -133,15 +134,18 @@ def diffstreams(
     """
     from ..bulk import diffstreams as job  # imports confluent_kafka: not for --help
 
-    res = job.diffstreams(
-        app().registry,
-        require(src, "src"),
-        require(dst, "dst"),
-        first_exit=first_exit,
-        master=master,
-        numthreads=numthreads,
-        conf=parse_sparkconf(sparkconf),
-    )
+    if outdir:
+        job.check_outdir(outdir)  # before the job: its result would be lost
+    with sigterm_interrupts():
+        res = job.diffstreams(
+            app().registry,
+            require(src, "src"),
+            require(dst, "dst"),
+            first_exit=first_exit,
+            master=master,
+            numthreads=numthreads,
+            conf=parse_sparkconf(sparkconf),
+        )
     if outdir:
         job.write_outdir(outdir, res)
     columns = list(job.DIFF_COLUMNS) + (["error"] if any("error" in r for r in res.rows) else [])

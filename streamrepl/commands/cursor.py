@@ -36,6 +36,9 @@ def cursor_list_cmd(path: str, consumergroup: str | None, topic: str | None, par
     committedoffset    the group's committed offset (the next record it reads)
     consumerlagmillis  timestamp of the newest record minus that of the last record consumed
     lag                records between the committed offset and the end of the partition
+
+    Every group is listed (names with control characters escaped, as `\\n`) except streamrepl's own,
+    whose names start with `streamrepl-` (gateways, readers).
     """
     from ..cursors import operations
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 import click
 
 from ..cli import CONTEXT_SETTINGS
 from .common import app, handles_errors, opt, output, require
+
+#: A gateway's id goes into its Kafka client ids, its log lines and its metrics' labels.
+_GATEWAY_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -18,7 +22,12 @@ def gateway() -> None:
 
 @gateway.command("start", context_settings=CONTEXT_SETTINGS)
 @opt("cluster", metavar="NAME", help="Destination cluster whose replicas this gateway feeds.")
-@opt("id", "gateway_id", metavar="NAME", help="Gateway name (default: <host>-<pid>).")
+@opt(
+    "id",
+    "gateway_id",
+    metavar="NAME",
+    help="Gateway name: letters, digits, '.', '_' and '-' (default: <host>-<pid>).",
+)
 @opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
 @opt("metricsport", type=int, metavar="PORT", help="Serve Prometheus metrics on this port (GET /metrics; 0: any).")
 @opt("metricsaddr", metavar="ADDR", default="0.0.0.0", show_default=True, help="Address the metrics port listens on.")
@@ -30,6 +39,10 @@ def start_cmd(
     from ..errors import InvalidArgument
     from ..replication.process import run_foreground
 
+    if gateway_id is not None and not _GATEWAY_ID.fullmatch(gateway_id):
+        raise InvalidArgument(
+            f"-id {gateway_id!r} is not a gateway name: use letters, digits, '.', '_' and '-' (at least one)"
+        )
     level = getattr(logging, loglevel.upper(), None)
     if not isinstance(level, int):
         raise InvalidArgument(f"-loglevel {loglevel} is not a level; use DEBUG, INFO, WARNING or ERROR")

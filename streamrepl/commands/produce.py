@@ -14,6 +14,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument, NotFound, StreamreplError
+from ..output import escape_bytes, escape_text
 from ..paths import split_topic
 from .common import app, handles_errors, opt, output, require
 
@@ -179,6 +180,10 @@ def produce(
         results.append(d)
 
     p = StreamProducer(f"{stream}:{topic}", app().registry)
+    for replica in p.paused_synchronous:
+        sys.stderr.write(
+            f"warning: replica {replica} is synchronous but paused: records are acknowledged without waiting for it\n"
+        )
     count = 0
     # Records are written as they are read (stdin need not end), so a bad line cannot take back the
     # lines before it: reading stops there, and the error says what was written.
@@ -244,10 +249,7 @@ def _summary(topic: str, results: list[Delivery]) -> None:
 
 
 def _text(b: bytes | None) -> str:
-    if b is None:
-        return ""
-    s = b.decode("utf-8", errors="backslashreplace")
-    return s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return "" if b is None else escape_bytes(b)
 
 
 def _json_field(b: bytes | None) -> tuple[Any, bool]:
@@ -325,7 +327,8 @@ def consume(
     """Print the records of a stream topic, one per line, committing as it goes when -group is given.
 
     Lines are tab-separated: topic, partition, offset, timestamp, key, value, headers (k=v,...),
-    with tabs, newlines and backslashes escaped; with -json each line is a JSON object with
+    with backslashes, tabs, newlines and other control characters escaped (\\\\, \\t, \\n, \\xNN) and bytes
+    that are not UTF-8 as \\xNN; with -json each line is a JSON object with
     topic, partition, offset, timestamp, key, value, headers (and stream, the copy read).
 
     \b
@@ -333,12 +336,19 @@ def consume(
     streamrepl consume -path /sanfrancisco/activity:clicks -offset -10 -count 10 -json
     """
     from ..client import StreamConsumer
+    from ..kafka import INTERNAL_GROUP_PREFIX  # imports confluent_kafka: not for --help
 
     stream, topic = _split_path(path)
     if count is not None and count < 0:
         raise InvalidArgument(f"-count {count} is negative")
     if group is not None and not group:
         raise InvalidArgument("-group is empty; name a consumer group, or leave -group out to read without one")
+    if group is not None and group.startswith(INTERNAL_GROUP_PREFIX):
+        # Joining a gateway's group would take partitions from the gateways and leave them unreplicated.
+        raise InvalidArgument(
+            f"-group '{group}': names starting with '{INTERNAL_GROUP_PREFIX}' are streamrepl's own groups"
+            " (gateways, readers); pick another name"
+        )
     if timestamp is not None and timestamp < 0:
         raise InvalidArgument(f"-timestamp {timestamp} is negative; give milliseconds since the epoch")
     for n in partition:
@@ -386,7 +396,7 @@ def consume(
                 if as_json:
                     out.write(_record_json(r) + "\n")
                 else:
-                    hs = ",".join(f"{k}={_text(v)}" for k, v in r.headers)
+                    hs = ",".join(f"{escape_text(k)}={_text(v)}" for k, v in r.headers)
                     out.write(
                         f"{r.topic}\t{r.partition}\t{r.offset}\t{r.timestamp}\t{_text(r.key)}\t{_text(r.value)}\t{hs}\n"
                     )

@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, app, handles_errors, opt, output, require
+from ..model import ReplicaState
+from .common import BOOL, app, handles_errors, opt, output, require, sigterm_interrupts
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -91,10 +92,28 @@ def pause_cmd(path: str, replica: str) -> None:
 @_link
 @handles_errors
 def resume_cmd(path: str, replica: str) -> None:
-    """Resume replication to a replica from where it stopped."""
-    from .. import replicas
+    """Resume replication to a replica from where it stopped.
 
-    replicas.set_paused(app().registry, require(path, "path"), require(replica, "replica"), False)
+    A link in ERROR that is not paused is not restarted by resume: the command says why it is in
+    ERROR (see README, "A link in ERROR").
+    """
+    from .. import replicas
+    from ..errors import StreamreplError
+    from ..streams import resolve
+
+    reg = app().registry
+    target = str(resolve(reg, require(replica, "replica")).path)
+    try:
+        links = {r["replicaPath"]: r for r in replicas.list_replicas(reg, require(path, "path"))}
+    except StreamreplError:  # the links' state cannot be read now (a cluster down): resume all the same
+        links = {}
+    replicas.set_paused(reg, path, replica, False)
+    link = links.get(target)
+    if link is not None and not link["paused"] and link["replicaState"] == ReplicaState.ERROR:
+        raise StreamreplError(
+            f"replica {target} was not paused: its link is in ERROR ({link['lasterror']}); resume restarts only a"
+            " paused link: deal with the cause first (see README, 'A link in ERROR')"
+        )
     output([])
 
 
@@ -183,11 +202,12 @@ def autosetup_cmd(path: str, replica: str, **kw: Any) -> None:
     def say(text: str) -> None:
         print(f"autosetup: {text}", file=sys.stderr)
 
-    row = autosetup(
-        app().registry,
-        require(path, "path"),
-        require(replica, "replica"),  # type: ignore[arg-type]
-        say=say if sys.stderr.isatty() else (lambda _: None),
-        **kw,
-    )
+    with sigterm_interrupts():
+        row = autosetup(
+            app().registry,
+            require(path, "path"),
+            require(replica, "replica"),  # type: ignore[arg-type]
+            say=say if sys.stderr.isatty() else (lambda _: None),
+            **kw,
+        )
     output([row])

@@ -34,9 +34,16 @@ def settings_options(f: click.decorators.FC) -> click.decorators.FC:
     return f
 
 
+def compaction_options(f: click.decorators.FC) -> click.decorators.FC:
+    f = opt("deleteretention", type=int, help="Milliseconds delete markers are kept.")(f)
+    f = opt("mincompactionlag", type=int, help="Milliseconds a message stays uncompacted.")(f)
+    return opt("compact", type=BOOL, help="Keep only the latest message per key.")(f)
+
+
 @stream.command("create", context_settings=CONTEXT_SETTINGS)
 @opt("path", metavar="PATH", help="Stream path: /<cluster>/<path>.")
 @settings_options
+@compaction_options
 @opt("copymetafrom", metavar="PATH", help="Copy settings and ACEs from this stream.")
 @handles_errors
 def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
@@ -50,9 +57,7 @@ def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
 @stream.command("edit", context_settings=CONTEXT_SETTINGS)
 @opt("path", metavar="PATH", help="Stream path.")
 @settings_options
-@opt("compact", type=BOOL, help="Keep only the latest message per key.")
-@opt("mincompactionlag", type=int, help="Milliseconds a message stays uncompacted.")
-@opt("deleteretention", type=int, help="Milliseconds delete markers are kept.")
+@compaction_options
 @handles_errors
 def edit_cmd(path: str, **settings: object) -> None:
     """Change the settings or ACEs of a stream (needs adminperm)."""

@@ -12,6 +12,7 @@ Group descriptions
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,16 @@ def list_groups(cluster: Cluster, admin: AdminClient) -> list[str]:
         res = admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT).result()
     except KafkaException:
         raise unreachable(cluster, "listing consumer groups") from None
-    return sorted(g.group_id for g in res.valid if not g.group_id.startswith(INTERNAL_GROUP_PREFIX))
+    names = {n for g in res.valid for n in _names_listed_as(g.group_id)}
+    return sorted(n for n in names if not n.startswith(INTERNAL_GROUP_PREFIX))
+
+
+def _names_listed_as(listed: str) -> set[str]:
+    """The group a listed id may stand for. Tansu lists ids percent-encoded (`odd%0Agroup`, `a%2541` for
+    `a%41`) and answers only to the real name; Kafka lists them as they are. Both are kept: asking for the
+    offsets of a group that does not exist returns none."""
+    decoded = urllib.parse.unquote(listed) if "%" in listed else listed
+    return {listed, decoded}
 
 
 def committed_offsets(
