@@ -14,7 +14,7 @@ _streamrepl_subcommands() {
         'stream') echo 'assign create cursor delete edit info list replica topic upstream' ;;
         'stream assign') echo 'list' ;;
         'stream cursor') echo 'delete list' ;;
-        'stream replica') echo 'add autosetup edit list pause remove resume' ;;
+        'stream replica') echo 'add autosetup edit failback list pause promote remove resume' ;;
         'stream topic') echo 'create delete edit info list' ;;
         'stream upstream') echo 'add list remove' ;;
     esac
@@ -58,8 +58,10 @@ _streamrepl_options() {
         'stream replica add') echo '-path --path -replica --replica -paused --paused -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica autosetup') echo '-path --path -replica --replica -multimaster --multimaster -synchronous --synchronous -throttle --throttle -networkencryption --networkencryption -networkcompression --networkcompression -directcopy --directcopy -useexistingreplica --useexistingreplica -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica edit') echo '-path --path -replica --replica -newreplica --newreplica -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica failback') echo '-path --path -replica --replica -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica list') echo '-path --path -refreshnow --refreshnow -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica pause') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica promote') echo '-path --path -dryrun --dryrun -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica remove') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resume') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic') echo '-h --help -help' ;;
@@ -216,12 +218,20 @@ _streamrepl_value() {
         'stream replica edit|-networkencryption'|'stream replica edit|--networkencryption') echo 'choice:true false yes no' ;;
         'stream replica edit|-networkcompression'|'stream replica edit|--networkcompression') echo 'value' ;;
         'stream replica edit|-clusters'|'stream replica edit|--clusters') echo 'file' ;;
+        'stream replica failback|-path'|'stream replica failback|--path') echo 'value' ;;
+        'stream replica failback|-replica'|'stream replica failback|--replica') echo 'value' ;;
+        'stream replica failback|-dryrun'|'stream replica failback|--dryrun') echo 'choice:true false yes no' ;;
+        'stream replica failback|-master'|'stream replica failback|--master') echo 'value' ;;
+        'stream replica failback|-clusters'|'stream replica failback|--clusters') echo 'file' ;;
         'stream replica list|-path'|'stream replica list|--path') echo 'value' ;;
         'stream replica list|-refreshnow'|'stream replica list|--refreshnow') echo 'choice:true false yes no' ;;
         'stream replica list|-clusters'|'stream replica list|--clusters') echo 'file' ;;
         'stream replica pause|-path'|'stream replica pause|--path') echo 'value' ;;
         'stream replica pause|-replica'|'stream replica pause|--replica') echo 'value' ;;
         'stream replica pause|-clusters'|'stream replica pause|--clusters') echo 'file' ;;
+        'stream replica promote|-path'|'stream replica promote|--path') echo 'value' ;;
+        'stream replica promote|-dryrun'|'stream replica promote|--dryrun') echo 'choice:true false yes no' ;;
+        'stream replica promote|-clusters'|'stream replica promote|--clusters') echo 'file' ;;
         'stream replica remove|-path'|'stream replica remove|--path') echo 'value' ;;
         'stream replica remove|-replica'|'stream replica remove|--replica') echo 'value' ;;
         'stream replica remove|-clusters'|'stream replica remove|--clusters') echo 'file' ;;

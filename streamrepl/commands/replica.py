@@ -211,3 +211,39 @@ def autosetup_cmd(path: str, replica: str, **kw: Any) -> None:
             **kw,
         )
     output([row])
+
+
+def _say_to_stderr(command: str) -> Any:
+    import sys
+
+    return lambda text: print(f"{command}: {text}", file=sys.stderr)
+
+
+@replica.command("promote", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="The replica stream to make the writable primary.")
+@opt("dryrun", type=BOOL, default=False, help="Only print what would be done (default false).")
+@handles_errors
+def promote_cmd(path: str, dryrun: bool) -> None:
+    """Make a replica the writable primary after its source is lost: remove its upstreams (only on its own
+    cluster) and wait until no gateway writes into it (needs adminperm)."""
+    from .. import dr
+
+    output(dr.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote")))
+
+
+@replica.command("failback", context_settings=CONTEXT_SETTINGS)
+@opt("path", metavar="PATH", help="The new primary (a promoted replica).")
+@opt("replica", metavar="PATH", help="The old primary, to become a replica of -path.")
+@opt("dryrun", type=BOOL, default=False, help="Only print the plan per partition (default false).")
+@opt("master", metavar="URL", help="Spark master for the copies (default local[*]).")
+@handles_errors
+def failback_cmd(path: str, replica: str, dryrun: bool, master: str | None) -> None:
+    """Make the old primary a replica of the new one: set its whole history aside into
+    <old path>.aside-<yyyymmddHHMM>, then re-create it empty, copy and replicate (needs adminperm on both)."""
+    from .. import dr
+
+    say = _say_to_stderr("failback")
+    rows = dr.failback(
+        app().registry, require(path, "path"), require(replica, "replica"), dryrun=dryrun, master=master, say=say
+    )
+    output(rows)

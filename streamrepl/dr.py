@@ -1,0 +1,324 @@
+"""Disaster recovery: `stream replica promote` and `stream replica failback`.
+
+promote (Cluster Linking's failover)
+    The replica becomes the writable primary after its source is lost. Only the replica's half of each inbound link
+    is removed (its upstream entries): the source's cluster may be unreachable, and a link runs only while both
+    halves agree, so that alone stops it. The command then waits until no live gateway of the replica's cluster
+    still writes into it (the status topic's reports, as a delete waits) before calling it writable. The consumer
+    groups' cursors are already on the replica (cursor replication); nothing is done to them. The replica's end of
+    every partition at that moment, the promotion point, is kept in its metadata record: failback needs it to tell
+    the old primary's diverged tail from the history both share. The promoted stream also takes over the UUID of
+    the history it holds (the origin its records carry, policy.py): a copy's partition holds records of one origin,
+    so records written to it after the promotion must carry the same one, or it could never be copied again.
+
+failback (Cluster Linking's truncate-and-restore, done without truncating anything)
+    Once the old primary's cluster answers again, it becomes a replica of the new primary. Whatever it holds is first
+    copied whole into a stream beside it, `<old path>.aside-<yyyymmddHHMM>` (offsets kept, copystream), and the copy
+    is checked partition by partition (same end as the old primary's, which did not move meanwhile) before anything
+    is deleted: its diverged tail (the records past the promotion point, written to it after the cut) is set aside,
+    never dropped. Kafka has no way to truncate a partition, so the old primary is deleted and created again, empty,
+    as a replica of the new primary by autosetup's flow (registered paused, copied, replication started): every
+    offset then means the same record in both. Its consumer groups' cursors come back from the new primary by cursor
+    replication once a gateway of its cluster runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from . import kafka, policy, replicas, statustopic, streams
+from .autosetup import autosetup
+from .bulk.copystream import copystream
+from .errors import InvalidArgument, NotFound, StreamreplError
+from .model import Stream
+from .paths import kafka_topic_name
+from .registry import Cluster, Registry
+
+#: The key of the promotion point in the promoted stream's metadata record (kept by metastore as an unknown key:
+#: `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}}`).
+PROMOTION = "promotion"
+
+Say = Callable[[str], None]
+Ends = Callable[[Cluster, list[str]], dict[tuple[str, int], int]]
+Waiter = Callable[[dict[str, tuple[Cluster, list[str]]]], list[str]]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _writers(r: streams.Resolved) -> dict[str, tuple[Cluster, list[str]]]:
+    """Who may write into stream `r`: the gateways of its own cluster, holding units `/cluster/stream:topic[p]`."""
+    return {r.cluster.name: (r.cluster, [f"{r.path}:"])}
+
+
+def _ends_by_topic(r: streams.Resolved, rec: Stream, ends: Ends) -> dict[str, list[int]]:
+    """The real end of every partition of every topic of the stream (topics without a Kafka topic are left out)."""
+    names = {kafka_topic_name(r.path, t): t for t in sorted(rec.topics)}
+    found = ends(r.cluster, list(names))
+    out: dict[str, list[int]] = {}
+    for (kt, p), end in sorted(found.items()):
+        out.setdefault(names[kt], []).append(end)
+        assert len(out[names[kt]]) == p + 1
+    return out
+
+
+def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> list[str]:
+    """The origins of the records the stream's partitions end with (policy.origin_of)."""
+    found: set[str] = set()
+    c = kafka.consumer(r.cluster)
+    try:
+        for topic, per in ends.items():
+            for p, end in enumerate(per):
+                last = (
+                    kafka.last_record(c, kafka.TopicPartition(kafka_topic_name(r.path, topic), p), end) if end else None
+                )
+                if last is not None:
+                    found.add(policy.origin_of(last.headers(), rec.uuid))
+    finally:
+        c.close()
+    return sorted(found)
+
+
+# -- promote ----------------------------------------------------------------------------------
+def promote(
+    reg: Registry,
+    path: str,
+    *,
+    dryrun: bool = False,
+    say: Say = _quiet,
+    ends: Ends = kafka.topic_ends,
+    wait_released: Waiter = statustopic.wait_released,
+) -> list[dict[str, Any]]:
+    """Make the replica `path` the writable primary; see the module doc. Never contacts its sources' clusters."""
+    r, rec = streams.load(reg, path)
+    if not rec.upstreams:
+        raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
+    streams.check_perm(rec, "adminperm", r.path, "promote it")
+    sources = [e.path for e in rec.upstreams]
+    for src in sources:
+        say(f"remove upstream {src} from {r.path}: replication from it stops (its cluster is not contacted)")
+    say(f"wait until no gateway of cluster {r.cluster.name} writes into {r.path}")
+    say(f"record the end of every partition of {r.path} as its promotion point; cursors stay as replicated")
+    if dryrun:
+        return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": False, "dryrun": True}]
+    for src in sources:
+        replicas.upstream_remove(reg, str(r.path), src)
+    held = wait_released(_writers(r))
+    if held:
+        raise StreamreplError(
+            f"gateways still write into {r.path} after {statustopic.RELEASE_TIMEOUT:.0f} s ({', '.join(held)});"
+            f" its upstreams are removed: stop those gateways ('streamrepl gateway list -cluster {r.cluster.name}')"
+            " before writing to it"
+        )
+    point = _ends_by_topic(r, rec, ends)
+    found = _origins(r, rec, point)
+    identity = found[0] if len(found) == 1 else rec.upstreams[0].uuid
+    if len(found) > 1:
+        say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
+    say(f"{r.path} takes over the identity {identity} of the history it holds")
+
+    def record(current: Stream | None) -> Stream:
+        if current is None:
+            raise NotFound(f"stream {r.path} was deleted meanwhile")
+        current.extra[PROMOTION] = {
+            "from": sources,
+            "at": int(time.time() * 1000),
+            "ends": point,
+            "uuid": current.uuid,
+        }
+        # Every copy of a partition holds records of one origin (policy.py): records written here from now on are
+        # the same history's, so they must carry its origin, or no copy of this stream could ever be made again.
+        current.uuid = identity
+        return current
+
+    r.store.update(r.path.path, record)
+    say(f"{r.path} is writable")
+    return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": True, "dryrun": False}]
+
+
+# -- failback ---------------------------------------------------------------------------------
+@dataclass
+class PartitionPlan:
+    topic: str
+    partition: int
+    old_end: int
+    new_end: int
+    #: where the two histories part: the new primary's end when it was promoted
+    fork: int
+    #: records of the old primary past the fork: its diverged tail
+    diverged: int = 0
+
+    def row(self, old: str, new: str, aside: str) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "oldprimary": old,
+            "oldend": self.old_end,
+            "newprimary": new,
+            "newend": self.new_end,
+            "forkoffset": self.fork,
+            "setaside": self.diverged,
+            "aside": aside,
+        }
+
+
+def _fork_points(new_rec: Stream, old_path: str) -> dict[str, list[int]] | None:
+    promotion = new_rec.extra.get(PROMOTION)
+    if not isinstance(promotion, dict) or old_path not in promotion.get("from", []):
+        return None
+    return promotion.get("ends") or {}
+
+
+def _count_records(cluster: Cluster, kt: str, p: int, start: int, end: int) -> int:
+    """The records (not fillers, not markers) of a partition from `start` to `end`."""
+    if start >= end:
+        return 0
+    c = kafka.consumer(cluster)
+    try:
+        count = 0
+        # To the partition's end, not `until`: the last offset may be a transaction marker, never read.
+        for m in kafka.read_partition(c, kafka.TopicPartition(kt, p, start)):
+            offset = m.offset()
+            if offset is None or offset >= end:
+                break
+            count += not policy.is_filler(m.headers())
+        return count
+    finally:
+        c.close()
+
+
+def plan_failback(
+    old_r: streams.Resolved, old_rec: Stream, new_r: streams.Resolved, new_rec: Stream, ends: Ends
+) -> tuple[list[PartitionPlan], bool]:
+    """Per partition of the old primary: its end, the new primary's, the fork and the diverged tail; and whether the
+    fork points came from the promotion record (else the new primary's end stands for them)."""
+    forks = _fork_points(new_rec, str(old_r.path))
+    old_ends = _ends_by_topic(old_r, old_rec, ends)
+    new_ends = _ends_by_topic(new_r, new_rec, ends)
+    plan = []
+    for topic, per in old_ends.items():
+        for p, old_end in enumerate(per):
+            new_end = (new_ends.get(topic) or [])[p] if p < len(new_ends.get(topic) or []) else 0
+            known = (forks or {}).get(topic) or []
+            fork = min(known[p] if p < len(known) else new_end, old_end)
+            kt = kafka_topic_name(old_r.path, topic)
+            plan.append(
+                PartitionPlan(topic, p, old_end, new_end, fork, _count_records(old_r.cluster, kt, p, fork, old_end))
+            )
+    return plan, forks is not None
+
+
+def _check_failback(reg: Registry, new_r: streams.Resolved, new_rec: Stream, old_r: streams.Resolved) -> None:
+    if new_r.path == old_r.path:
+        raise InvalidArgument(f"-path and -replica are the same stream {new_r.path}; name the old primary in -replica")
+    if new_rec.upstream(str(old_r.path)) is not None:
+        raise InvalidArgument(
+            f"stream {new_r.path} is still a replica of {old_r.path}; promote it first"
+            f" ('streamrepl stream replica promote -path {new_r.path}')"
+        )
+    if new_rec.replica(str(old_r.path)) is not None:
+        raise InvalidArgument(
+            f"stream {old_r.path} is already registered as a replica of {new_r.path}; remove that entry first"
+            f" ('streamrepl stream replica remove -path {new_r.path} -replica {old_r.path}')"
+        )
+    held = statustopic.held_units(old_r.cluster, [f"{old_r.path}:"])
+    if held:
+        raise InvalidArgument(
+            f"a gateway still writes into {old_r.path} ({', '.join(held[:3])}); promote or unlink it first"
+        )
+
+
+def aside_path(old_r: streams.Resolved, now: datetime | None = None) -> str:
+    stamp = (now or datetime.now()).strftime("%Y%m%d%H%M")
+    return f"/{old_r.cluster.name}{old_r.path.path}.aside-{stamp}"
+
+
+def _set_aside(
+    reg: Registry,
+    old_r: streams.Resolved,
+    old_rec: Stream,
+    aside: str,
+    plan: list[PartitionPlan],
+    ends: Ends,
+    copy: Callable[..., Any],
+    master: str | None,
+) -> None:
+    """Copy the old primary whole into `aside` and check it before anything is deleted."""
+    result = copy(reg, str(old_r.path), aside, master=master)
+    if not result.complete:
+        raise StreamreplError(
+            f"copying {old_r.path} aside into {aside} did not finish ({result.summary()}); nothing"
+            " was deleted: run failback again"
+        )
+    aside_r, aside_rec = streams.load(reg, aside)
+    copied = _ends_by_topic(aside_r, aside_rec, ends)
+    now = _ends_by_topic(old_r, old_rec, ends)
+    for pp in plan:
+        have = (copied.get(pp.topic) or [])[pp.partition : pp.partition + 1]
+        still = (now.get(pp.topic) or [])[pp.partition : pp.partition + 1]
+        if still != [pp.old_end]:
+            raise StreamreplError(
+                f"{old_r.path}:{pp.topic}[{pp.partition}] grew from {pp.old_end} to {still[0] if still else '?'}"
+                " during the copy: something still writes to it; stop its producers and run failback again"
+                " (nothing was deleted)"
+            )
+        if have != [pp.old_end]:
+            raise StreamreplError(
+                f"{aside}:{pp.topic}[{pp.partition}] ends at {have[0] if have else 'nothing'}, not at the old"
+                f" primary's {pp.old_end}; nothing was deleted: run failback again"
+            )
+
+
+def failback(
+    reg: Registry,
+    path: str,
+    replica: str,
+    *,
+    dryrun: bool = False,
+    master: str | None = None,
+    say: Say = _quiet,
+    ends: Ends = kafka.topic_ends,
+    copy: Callable[..., Any] = copystream,
+    setup: Callable[..., dict[str, Any]] = autosetup,
+) -> list[dict[str, Any]]:
+    """Make the old primary `replica` a replica of the new primary `path`; see the module doc."""
+    new_r, new_rec = streams.load(reg, path)
+    old_r = streams.resolve(reg, replica)
+    if old_r.store.get(old_r.path.path) is None:
+        raise NotFound(
+            f"stream {old_r.path} does not exist; if an earlier failback stopped after setting it aside, finish"
+            f" with 'streamrepl stream replica autosetup -path {new_r.path} -replica {old_r.path}'"
+        )
+    old_r, old_rec = streams.load(reg, replica)
+    streams.check_perm(new_rec, "adminperm", new_r.path, "add replicas")
+    streams.check_perm(old_rec, "adminperm", old_r.path, "delete it")
+    _check_failback(reg, new_r, new_rec, old_r)
+    plan, from_promotion = plan_failback(old_r, old_rec, new_r, new_rec, ends)
+    aside = aside_path(old_r)
+    if not from_promotion:
+        say(f"{new_r.path} has no promotion point from {old_r.path}: its current ends stand for the fork")
+    say(f"copy {old_r.path} whole into {aside} (offsets kept) and check it partition by partition")
+    for pp in plan:
+        say(
+            f"  {pp.topic}[{pp.partition}]: {old_r.path} ends at {pp.old_end}, {new_r.path} at {pp.new_end};"
+            f" {pp.diverged} records past offset {pp.fork} are set aside"
+        )
+    others = [e.path for e in old_rec.replicas if e.path != str(new_r.path)]
+    if others:
+        say(f"{old_r.path} loses its replica entries ({', '.join(others)}): add them again on {new_r.path}")
+    say(f"delete {old_r.path}, create it again as a replica of {new_r.path}, copy and start replication")
+    say(f"its consumer groups' cursors come back from {new_r.path} once a gateway of {old_r.cluster.name} runs")
+    rows = [pp.row(str(old_r.path), str(new_r.path), aside) for pp in plan]
+    if dryrun:
+        return rows
+    _set_aside(reg, old_r, old_rec, aside, plan, ends, copy, master)
+    say(f"set aside: {aside} holds {old_r.path} whole")
+    streams.delete(reg, str(old_r.path))
+    say(f"deleted {old_r.path}")
+    setup(reg, str(new_r.path), str(old_r.path), master=master, say=say)
+    return rows
