@@ -230,7 +230,7 @@ def test_stream_create_takes_the_compaction_settings(cli: Callable[..., Run], ne
     from streamrepl import registry, streams
 
     rec = streams.load(registry.load(None), path)[1]
-    kept = {k: rec[k] if isinstance(rec, dict) else getattr(rec, k) for k in ("mincompactionlag", "deleteretention")}
+    kept = {k: getattr(rec.settings, k) for k in ("mincompactionlag", "deleteretention")}
     assert kept == {"mincompactionlag": 5000, "deleteretention": 7}, kept
     line = one_error_line(cli("stream", "create", "-path", new_path(), "-deleteretention", "-1"))
     assert "-deleteretention -1 is negative" in line, line
