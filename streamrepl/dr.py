@@ -38,9 +38,8 @@ from .model import Stream
 from .paths import kafka_topic_name
 from .registry import Cluster, Registry
 
-#: The key of the promotion point in the promoted stream's metadata record (kept by metastore as an unknown key:
-#: `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}}`).
-PROMOTION = "promotion"
+#: The promotion point kept in the promoted stream's record (model.Stream.promotion):
+#: `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}, "uuid": previous uuid}`.
 
 Say = Callable[[str], None]
 Ends = Callable[[Cluster, list[str]], dict[tuple[str, int], int]]
@@ -125,7 +124,7 @@ def promote(
     def record(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} was deleted meanwhile")
-        current.extra[PROMOTION] = {
+        current.promotion = {
             "from": sources,
             "at": int(time.time() * 1000),
             "ends": point,
@@ -168,7 +167,7 @@ class PartitionPlan:
 
 
 def _fork_points(new_rec: Stream, old_path: str) -> dict[str, list[int]] | None:
-    promotion = new_rec.extra.get(PROMOTION)
+    promotion = new_rec.promotion
     if not isinstance(promotion, dict) or old_path not in promotion.get("from", []):
         return None
     return promotion.get("ends") or {}

@@ -203,8 +203,11 @@ class Stream(Stored):
     aces: Aces = field(default_factory=Aces)
     #: being deleted: out of every gateway's plan until its Kafka topics are gone (streams.delete)
     deleting: bool = False
+    #: set by `replica promote` (dr.py owns its shape): the lost primaries, when, the end of every partition then,
+    #: and the uuid the stream had before it took over the identity of the history it holds
+    promotion: dict[str, Any] | None = None
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"copylock", "deleting"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"copylock", "deleting", "promotion"})
     CONVERT: ClassVar[dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]] = {
         "topics": (_topics_from, _topics_to),
         "replicas": (lambda es: [Replica.from_json(e) for e in es], lambda es: [e.to_json() for e in es]),
