@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from streamtools import Gateways, caught_up, cli_json, produce, run_cli, sp, wait_until
+from support import FAST_GROUP
 
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -27,8 +28,8 @@ from streamrepl.replication import cursor_sync as checkpoints
 from streamrepl.replication import links
 
 SYNC = "0.5"  # seconds between two cursor sync rounds of the gateway
-#: Fast group joins on Tansu (a join waits about half the session timeout).
-FAST = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+#: Fast group joins (support.clusters.FAST_GROUP: 2 s sessions on Tansu, the 6 s noida-db allows at least).
+FAST = FAST_GROUP
 
 
 @dataclass
