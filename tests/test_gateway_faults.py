@@ -136,6 +136,11 @@ def test_three_gateways_one_sigkilled_every_few_seconds(env: Env, newyork_gatewa
     assert {"ny0", "ny1", "ny2"} <= live
 
 
+@not_on_noida(
+    "noida-db's group coordinator never expires a member: the gateways' sessions lapse while their coordinator"
+    " (newyork) is frozen, they rejoin as new members after the thaw, and the rebalance waits for the old"
+    " members for good, so replication never resumes (bench/broker_probe.py: frozen)"
+)
 def test_destination_frozen_20s_under_load(env: Env, newyork_gateways: Gateways) -> None:
     src, dst = pair(env, "sanfrancisco", "newyork", TOPICS)
     producer = SteadyProducer(env.bs_of(src), sp(src), TOPICS, rate=3000, tag="frz").start()
