@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
+from support import FAST_GROUP, RECENT_MS
 
 from streamrepl import kafka, policy, registry, streams, topics
 from streamrepl.client import StreamConsumer, StreamProducer
@@ -20,8 +21,8 @@ from streamrepl.paths import kafka_topic_name
 
 pytestmark = pytest.mark.e2e
 
-#: Fast group joins on Tansu (a join waits about half the session timeout).
-FAST = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+#: Fast group joins (support.clusters.FAST_GROUP: 2 s sessions on Tansu, the 6 s noida-db allows at least).
+FAST = FAST_GROUP
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def _produce_same(reg: registry.Registry, paths: list[str], records: list[tuple[
         p = Producer(kafka.client_config(r.cluster, **{"linger.ms": 20}))
         kt = kafka_topic_name(r.path, "clicks")
         for i, (part, value) in enumerate(records):
-            p.produce(kt, value=value, key=b"k%d" % i, partition=part, timestamp=1_700_000_000_000 + i)
+            p.produce(kt, value=value, key=b"k%d" % i, partition=part, timestamp=RECENT_MS + i)
         assert p.flush(10) == 0
 
 
@@ -150,7 +151,7 @@ def test_consumer_start_positions(reg: registry.Registry, pair: tuple[str, str])
     _produce_same(reg, [sf], [(0, b"x%d" % i) for i in range(10)])
     with StreamConsumer([sf], None, ["clicks"], reg, partitions=[0], start=-3) as c:
         assert [x.offset for x in _read_all(c, 3)] == [7, 8, 9]
-    with StreamConsumer([sf], None, ["clicks"], reg, start_timestamp=1_700_000_000_000 + 6) as c:
+    with StreamConsumer([sf], None, ["clicks"], reg, start_timestamp=RECENT_MS + 6) as c:
         assert [x.offset for x in _read_all(c, 4)] == [6, 7, 8, 9]
     with StreamConsumer([sf], None, ["clicks"], reg, partitions=[0], start=4) as c:
         assert [x.offset for x in _read_all(c, 6)] == [4, 5, 6, 7, 8, 9]

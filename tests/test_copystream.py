@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from support import RECENT_MS
 
 from streamrepl import kafka, policy, streams, topics
 from streamrepl.bulk.lock import CopyLock, CopyLocked
@@ -24,7 +25,7 @@ from streamrepl.registry import Registry, load
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
 SRC, DST = "/sanfrancisco/activity", "/newyork/activity"
-TS0 = 1_700_000_000_000
+TS0 = RECENT_MS  # recent: noida-db deletes records older than retention.ms (7 days)
 
 
 # -- helpers shared with the other Spark test modules ------------------------------------------

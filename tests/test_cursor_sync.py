@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from streamtools import Gateways, caught_up, cli_json, produce, run_cli, sp, wait_until
+from support import FAST_GROUP
 
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -27,8 +28,13 @@ from streamrepl.replication import cursor_sync as checkpoints
 from streamrepl.replication import links
 
 SYNC = "0.5"  # seconds between two cursor sync rounds of the gateway
-#: Fast group joins on Tansu (a join waits about half the session timeout).
-FAST = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+#: Fast group joins (support.clusters.FAST_GROUP: 2 s sessions on Tansu, the 6 s noida-db allows at least).
+FAST = FAST_GROUP
+#: Group names of this module's own: the brokers are the session's shared ones, and a group another module
+#: committed with there (test_cursors has a "billing" too) would show its cursors here.
+_GROUPS = f"cs{uuid.uuid4().hex[:6]}"
+BILLING, AUDIT, AUDIT_MARKER = f"billing-{_GROUPS}", f"audit-{_GROUPS}", f"audit-marker-{_GROUPS}"
+REPORTING, REPORTING_MARKER = f"reporting-{_GROUPS}", f"reporting-marker-{_GROUPS}"
 
 
 @dataclass
@@ -129,24 +135,22 @@ def metric(port: int, name: str) -> float:
 @pytest.mark.e2e
 def test_a_groups_committed_offsets_follow_on_the_replica(setup: Setup) -> None:
     s = setup
-    c = group_consumer(s.src_bs, "billing", s.src_kt)
+    c = group_consumer(s.src_bs, BILLING, s.src_kt)
     try:
         read(c, 60)  # part of the topic; more than a partition holds, so both get a cursor
         first = {(tp.topic, tp.partition): tp.offset for tp in c.commit(asynchronous=False)}
         assert first and all(o > 0 for o in first.values())
-        wait_until(lambda: committed(s.dst_bs, "billing") == on_replica(s, first), 10, "the cursors on the replica")
+        wait_until(lambda: committed(s.dst_bs, BILLING) == on_replica(s, first), 10, "the cursors on the replica")
         # The CLI sees it too, as a cursor of the replica stream.
-        found = cli_json("stream", "cursor", "list", "-path", s.dst, "-consumergroup", "billing", registry=s.registry)
+        found = cli_json("stream", "cursor", "list", "-path", s.dst, "-consumergroup", BILLING, registry=s.registry)
         rows = {(r["topic"], r["partitionid"]): r["committedoffset"] for r in found}
         assert rows == {("clicks", p): o for (_, p), o in first.items()}
 
         read(c, 20)  # commit further: the replica follows
         c.commit(asynchronous=False)
-        second = committed(s.src_bs, "billing")
+        second = committed(s.src_bs, BILLING)
         assert second != first and set(second) == set(first)
-        wait_until(
-            lambda: committed(s.dst_bs, "billing") == on_replica(s, second), 10, "the new cursors on the replica"
-        )
+        wait_until(lambda: committed(s.dst_bs, BILLING) == on_replica(s, second), 10, "the new cursors on the replica")
     finally:
         c.close()
     assert metric(s.metrics_port, "streamrepl_gateway_cursor_commits_total") >= len(first) + 1
@@ -155,35 +159,35 @@ def test_a_groups_committed_offsets_follow_on_the_replica(setup: Setup) -> None:
 @pytest.mark.e2e
 def test_b_a_cursor_is_never_moved_back(setup: Setup) -> None:
     s = setup
-    commit(s.src_bs, "audit", {(s.src_kt, 0): 10, (s.src_kt, 1): 10})
-    wait_until(lambda: committed(s.dst_bs, "audit") == {(s.dst_kt, 0): 10, (s.dst_kt, 1): 10}, 10, "first cursors")
+    commit(s.src_bs, AUDIT, {(s.src_kt, 0): 10, (s.src_kt, 1): 10})
+    wait_until(lambda: committed(s.dst_bs, AUDIT) == {(s.dst_kt, 0): 10, (s.dst_kt, 1): 10}, 10, "first cursors")
     # The group moved on the replica meanwhile (partition 0 to 40); the source then commits 25 in both.
-    commit(s.dst_bs, "audit", {(s.dst_kt, 0): 40})
-    commit(s.src_bs, "audit", {(s.src_kt, 0): 25, (s.src_kt, 1): 25})
+    commit(s.dst_bs, AUDIT, {(s.dst_kt, 0): 40})
+    commit(s.src_bs, AUDIT, {(s.src_kt, 0): 25, (s.src_kt, 1): 25})
     # A group committed after it shows that a sync round has seen the source's commit.
-    commit(s.src_bs, "audit-marker", {(s.src_kt, 0): 1})
-    wait_until(lambda: committed(s.dst_bs, "audit-marker"), 10, "a sync round after the commit")
-    wait_until(lambda: committed(s.dst_bs, "audit").get((s.dst_kt, 1)) == 25, 10, "partition 1 to follow")
-    assert committed(s.dst_bs, "audit") == {(s.dst_kt, 0): 40, (s.dst_kt, 1): 25}
+    commit(s.src_bs, AUDIT_MARKER, {(s.src_kt, 0): 1})
+    wait_until(lambda: committed(s.dst_bs, AUDIT_MARKER), 10, "a sync round after the commit")
+    wait_until(lambda: committed(s.dst_bs, AUDIT).get((s.dst_kt, 1)) == 25, 10, "partition 1 to follow")
+    assert committed(s.dst_bs, AUDIT) == {(s.dst_kt, 0): 40, (s.dst_kt, 1): 25}
 
 
 @pytest.mark.e2e
 def test_c_a_group_active_on_the_replica_cluster_is_left_alone(setup: Setup) -> None:
     s = setup
-    member = group_consumer(s.dst_bs, "reporting", s.dst_kt)  # consumes the replica, commits nothing
+    member = group_consumer(s.dst_bs, REPORTING, s.dst_kt)  # consumes the replica, commits nothing
     try:
         read(member, 10)  # subscribed, assigned and polling
-        commit(s.src_bs, "reporting", {(s.src_kt, 0): 20, (s.src_kt, 1): 30})
-        commit(s.src_bs, "reporting-marker", {(s.src_kt, 0): 1})
-        wait_until(lambda: committed(s.dst_bs, "reporting-marker"), 10, "a sync round after the commit")
+        commit(s.src_bs, REPORTING, {(s.src_kt, 0): 20, (s.src_kt, 1): 30})
+        commit(s.src_bs, REPORTING_MARKER, {(s.src_kt, 0): 1})
+        wait_until(lambda: committed(s.dst_bs, REPORTING_MARKER), 10, "a sync round after the commit")
         for _ in range(4):  # a few more rounds, the member still polling
             member.poll(0.5)
-        assert committed(s.dst_bs, "reporting") == {}
+        assert committed(s.dst_bs, REPORTING) == {}
     finally:
         member.close()
     # Once the group has no member on the replica's cluster, its cursors follow.
     want = {(s.dst_kt, 0): 20, (s.dst_kt, 1): 30}
-    wait_until(lambda: committed(s.dst_bs, "reporting") == want, 15, "the cursors after the member left")
+    wait_until(lambda: committed(s.dst_bs, REPORTING) == want, 15, "the cursors after the member left")
 
 
 # -- the thread, with a fake gateway -------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from support import Run, run_proc
+from support import FAST_GROUP, RECENT_MS, Run, run_proc
 
 from streamrepl import kafka, registry, streams, topics
 from streamrepl.cursors import CursorReplicator, operations
@@ -20,7 +20,7 @@ from streamrepl.paths import kafka_topic_name
 
 pytestmark = pytest.mark.e2e
 
-T0 = 1_700_000_000_000
+T0 = RECENT_MS  # recent: noida-db deletes records older than retention.ms (7 days)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,7 @@ def active_member(reg: registry.Registry, cluster: str, group: str, topic: str, 
                 "group.id": group,
                 "client.id": client_id,
                 "enable.auto.commit": False,
-                "session.timeout.ms": 2000,
-                "heartbeat.interval.ms": 500,
+                **FAST_GROUP,
             },
         )
     )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import Run, run_proc
+from support import RECENT_MS, Run, run_proc
 
 from streamrepl import registry, streams, topics
 from streamrepl.local import EphemeralClusters
@@ -77,15 +77,18 @@ def test_lines_round_trip_with_key_header_and_partition(ec: EphemeralClusters, s
 
 
 def test_json_input_offsets_timestamps_and_groups(ec: EphemeralClusters, stream: str) -> None:
+    t0 = RECENT_MS  # recent: noida-db deletes records older than retention.ms (7 days)
     lines = [
-        json.dumps({"key": f"k{i}", "value": f"v{i}", "headers": {"n": str(i)}, "partition": 0, "timestamp": 1000 + i})
+        json.dumps({"key": f"k{i}", "value": f"v{i}", "headers": {"n": str(i)}, "partition": 0, "timestamp": t0 + i})
         for i in range(6)
     ]
     ok(cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="\n".join(lines) + "\n"))
 
-    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-timestamp", "1003", "-timeout", "2", "-json")))
+    got = records(
+        ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-timestamp", str(t0 + 3), "-timeout", "2", "-json"))
+    )
     assert [(r["offset"], r["value"], r["timestamp"], r["headers"]) for r in got] == [
-        (i, f"v{i}", 1000 + i, {"n": str(i)}) for i in (3, 4, 5)
+        (i, f"v{i}", t0 + i, {"n": str(i)}) for i in (3, 4, 5)
     ]
     got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "-2", "-timeout", "2", "-json")))
     assert [r["offset"] for r in got] == [4, 5]

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 from chaostools import Chaos
+from support.clusters import not_on_noida
 from support.freeze import broker_frozen, frozen
 from support.streams import (
     Gateways,
@@ -38,6 +39,11 @@ TOPICS = {"clicks": 3, "views": 3, "buys": 3}
 SEED = int(time.time())
 #: seconds of random SIGKILLs (at 7000 records/s: ~350,000 records; the issue asks for 500,000, scaled to fit)
 KILL_WINDOW = 40
+#: Why the scenarios that kill or stall gateways do not apply on noida-db (bench/broker_probe.py: kill).
+NOIDA_KEEPS_DEAD_MEMBERS = (
+    "noida-db's group coordinator never expires a member that died or stopped heartbeating: its partitions stay"
+    " assigned to it and a new member's join waits for it, so replication stops"
+)
 #: seconds with no gateway at all (the issue asks for 60, scaled to fit)
 ALL_DOWN = 30
 #: seconds each broker is frozen
@@ -98,6 +104,7 @@ def finish(c: Chaos, scenario: str, faults: str, t: Tally, started: float, *link
     assert not errors, errors
 
 
+@not_on_noida(NOIDA_KEEPS_DEAD_MEMBERS)
 def test_random_sigkills_over_a_long_produce(chaos: Chaos) -> None:
     c = chaos
     c.ensure_gateways()
@@ -168,6 +175,7 @@ def test_destination_then_source_frozen_multimaster(chaos: Chaos) -> None:
         )
 
 
+@not_on_noida(NOIDA_KEEPS_DEAD_MEMBERS)
 def test_all_gateways_down_then_one_restarted(chaos: Chaos) -> None:
     c = chaos
     c.ensure_gateways()
@@ -230,6 +238,7 @@ def test_pause_resume_throttle_remove_readd_under_load(chaos: Chaos) -> None:
     finish(c, "pause/resume, throttle on/off, remove + re-add", f"{steps} verbs under load", t, started, (src, dst))
 
 
+@not_on_noida(NOIDA_KEEPS_DEAD_MEMBERS)
 def test_gateways_restarted_during_rebalances(chaos: Chaos) -> None:
     """A fourth gateway joining or leaving starts a rebalance; while it runs, other gateways are restarted
     (SIGTERM, which drains, and SIGKILL)."""
@@ -269,6 +278,7 @@ def test_gateways_restarted_during_rebalances(chaos: Chaos) -> None:
     )
 
 
+@not_on_noida(NOIDA_KEEPS_DEAD_MEMBERS)
 def test_gateway_stalled_past_its_session(chaos: Chaos) -> None:
     """A gateway frozen (SIGSTOP) longer than its session: the others take its partitions over; when it
     resumes it must not write into them (it has not heard yet that they are gone)."""

@@ -17,13 +17,36 @@ import contextlib
 import gc
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from streamrepl import settings
 from streamrepl.local import EphemeralClusters
 
 SHARED_CLUSTERS = ["sanfrancisco", "newyork"]
+
+#: The broker program the tests' embedded clusters run: tansu (the default) or noida
+#: ($STREAMREPL_LOCAL_BROKER, read through streamrepl.settings).
+BROKER = settings.local_broker()
+ON_NOIDA = BROKER == "noida"
+
+#: A base for the record timestamps tests set: a day ago, in whole seconds. noida-db deletes records
+#: older than the topic's retention.ms (7 days by default, even when the topic sets nothing), so a
+#: record dated 2023 or 1970 is gone before a test reads it; Tansu keeps everything.
+RECENT_MS = (int(time.time()) - 86_400) * 1000
+
+#: Consumer-group settings for fast joins. A join on Tansu waits about half the session timeout, so
+#: tests use 2 s there; noida-db refuses a session timeout under 6 s (INVALID_SESSION_TIMEOUT, as
+#: Apache Kafka's group.min.session.timeout.ms does by default).
+FAST_GROUP: dict[str, int] = {"session.timeout.ms": 6000 if ON_NOIDA else 2000, "heartbeat.interval.ms": 500}
+
+
+def not_on_noida(reason: str) -> pytest.MarkDecorator:
+    """Skip a test when the brokers are noida-db, for `reason` (a difference of noida-db's, written out)."""
+    return pytest.mark.skipif(ON_NOIDA, reason=f"not applicable on noida-db: {reason}")
+
 
 #: Fixtures that start or use a broker: a test that needs one (even indirectly, as `cli` needs
 #: `clusters`) is an end-to-end test and gets the `e2e` marker (tests/conftest.py).

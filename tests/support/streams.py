@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from streamrepl import kafka, policy
 from streamrepl.paths import StreamPath, kafka_topic_name
 from support.cli import Run, run_cli, run_proc
+from support.clusters import RECENT_MS
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def produce(
             key=f"{tag}k{i}".encode(),
             value=f"{tag}value-{i}-".encode() * 3,
             headers=[("seq", str(i).encode()), ("tag", tag.encode())],
-            timestamp=1_700_000_000_000 + i,
+            timestamp=RECENT_MS + i,
             partition=i % partitions,
         )
         if not batch:
@@ -437,7 +438,7 @@ class SteadyProducer:
                     key=f"{self.tag}k{i}".encode(),
                     value=f"{self.tag}value-{i}-".encode() * 3,
                     headers=[("seq", str(i).encode())],
-                    timestamp=1_700_000_000_000 + i,
+                    timestamp=RECENT_MS + i,
                     partition=part,
                     on_delivery=failed,
                 )
