@@ -32,6 +32,7 @@ from . import kafka, settings
 from .errors import InvalidArgument, NotFound, Unreachable
 from .local_brokers import KINDS, BrokerKind, kind
 from .logtail import log_tail
+from .registry import BROKER_PROPERTY
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
@@ -119,7 +120,9 @@ def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
         return
     doc = {
         "default": next(iter(brokers)),
-        "clusters": {name: {"bootstrap.servers": b.bootstrap} for name, b in brokers.items()},
+        "clusters": {
+            name: {"bootstrap.servers": b.bootstrap, BROKER_PROPERTY: b.broker} for name, b in brokers.items()
+        },
     }
     _atomic_write(reg, yaml.safe_dump(doc, sort_keys=False))
 

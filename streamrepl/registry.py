@@ -62,10 +62,27 @@ def is_secret(prop: str) -> bool:
     return any(m in p for m in SECRET_MARKERS)
 
 
+#: Registry properties that are streamrepl's own, not librdkafka's: never given to a Kafka client.
+OWN_PREFIX = "streamrepl."
+#: `streamrepl.broker`: what the cluster's broker is, where streamrepl must work around it (README, "Brokers").
+BROKER_PROPERTY = "streamrepl.broker"
+OWN_PROPERTIES = {BROKER_PROPERTY: ("kafka", "tansu", "noida")}
+
+
 @dataclass(frozen=True)
 class Cluster:
     name: str
     properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """The properties a Kafka client is given: all but streamrepl's own."""
+        return {k: v for k, v in self.properties.items() if not k.startswith(OWN_PREFIX)}
+
+    @property
+    def broker(self) -> str:
+        """The broker kind the registry names (`streamrepl.broker`), "kafka" when it names none."""
+        return self.properties.get(BROKER_PROPERTY, "kafka").lower()
 
     @property
     def bootstrap(self) -> str:
@@ -180,6 +197,18 @@ def parse(text: str, path: Path) -> Registry:
                     f"property '{k}' of cluster '{name}' in {path} is not text to YAML, which would change it"
                     " (numbers, dates, yes/no); put the value in quotes"
                 )
+        for k, v in props.items():
+            if str(k).startswith(OWN_PREFIX):
+                allowed = OWN_PROPERTIES.get(str(k))
+                if allowed is None:
+                    raise RegistryError(
+                        f"unknown property '{k}' of cluster '{name}' in {path}: streamrepl's own properties are"
+                        f" {', '.join(OWN_PROPERTIES)}"
+                    )
+                if str(v).lower() not in allowed:
+                    raise RegistryError(
+                        f"property '{k}' of cluster '{name}' in {path} is '{v}'; use one of {', '.join(allowed)}"
+                    )
         if not str(props["bootstrap.servers"]).strip():
             raise RegistryError(f"cluster '{name}' in {path} has an empty 'bootstrap.servers' entry")
         clusters[name] = Cluster(name, {str(k): _scalar(v) for k, v in props.items()})

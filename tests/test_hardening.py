@@ -125,3 +125,21 @@ def test_a_replica_deleted_and_created_again_is_an_error_in_replica_list(cli, ne
     assert row["replicaState"] == "REPLICA_STATE_ERROR", row
     assert "created again" in row["lasterror"] and "replica remove" in row["lasterror"], row
     assert row["isUptodate"] is False
+
+
+@pytest.mark.parametrize(
+    ("prop", "message"),
+    [("streamrepl.brokr: tansu", "unknown property 'streamrepl.brokr'"), ("streamrepl.broker: kafkaa", "use one of")],
+)
+def test_streamrepls_own_registry_properties_are_checked(tmp_path: Path, prop: str, message: str) -> None:
+    text = f"clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n    {prop}\n"
+    with pytest.raises(RegistryError, match=message):
+        registry.parse(text, tmp_path / "clusters.yaml")
+
+
+def test_streamrepls_own_registry_properties_never_reach_a_kafka_client(tmp_path: Path) -> None:
+    from streamrepl.kafka import client_config
+
+    reg = registry.parse("clusters:\n  a:\n    bootstrap.servers: h:1\n    streamrepl.broker: noida\n", tmp_path / "c")
+    assert reg.get("a").broker == "noida"
+    assert "streamrepl.broker" not in client_config(reg.get("a"))

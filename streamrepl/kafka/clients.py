@@ -27,7 +27,7 @@ _BASE = {
 
 def client_config(cluster: Cluster, **extra: Any) -> dict[str, Any]:
     conf: dict[str, Any] = dict(_BASE)
-    conf.update(cluster.properties)
+    conf.update(cluster.client_properties)
     conf.update(extra)
     return conf
 

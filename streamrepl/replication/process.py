@@ -14,7 +14,7 @@ import signal
 import sys
 from types import FrameType
 
-from .. import settings
+from .. import kafka, settings
 from ..registry import Registry
 from .gateway import Gateway
 
@@ -24,7 +24,7 @@ def run_foreground(
 ) -> None:
     settings.check()
     gw = Gateway(reg, cluster, gateway_id, settings.gateway())
-    gw.leave_group = False
+    gw.leave_group = kafka.leaves_group_safely(reg.get(cluster))
     if metrics is not None:
         gw.serve_metrics(*metrics)
 
@@ -34,7 +34,7 @@ def run_foreground(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     gw.run()
-    # Drained and stopped: exit without destroying the group consumer, which would send LeaveGroup.
+    # Drained and stopped (and left, where the broker handles it): exit without destroying the group consumer again.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
