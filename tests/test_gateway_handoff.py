@@ -25,9 +25,7 @@ def ec() -> Iterator[EphemeralClusters]:
 
 
 def slots(ec: EphemeralClusters) -> dict[str, int]:
-    run: Run = run_cli(
-        "cluster", "gateway", "list", "-json", env={"STREAMREPL_CLUSTERS": str(ec.registry_path)}
-    )
+    run: Run = run_cli("cluster", "gateway", "list", "-json", env={"STREAMREPL_CLUSTERS": str(ec.registry_path)})
     return {r["gateway"]: r["slots"] for r in run.data()}
 
 

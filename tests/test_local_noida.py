@@ -111,7 +111,10 @@ def test_a_registry_mixes_tansu_and_noida(state_dir: Path) -> None:
     registry = yaml.safe_load(local.registry_path(state_dir).read_text())
     assert registry == {
         "default": "a",
-        "clusters": {"a": {"bootstrap.servers": a.bootstrap}, "b": {"bootstrap.servers": b.bootstrap}},
+        "clusters": {
+            "a": {"bootstrap.servers": a.bootstrap, "streamrepl.broker": "tansu"},
+            "b": {"bootstrap.servers": b.bootstrap, "streamrepl.broker": "noida"},
+        },
     }
     assert [(r["cluster"], r["broker"], r["running"]) for r in local.status(state_dir)] == [
         ("a", "tansu", True),
