@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable
 
 import pytest
-from clitools import Run, one_error_line, run_proc, unique_path
 from confluent_kafka.admin import AdminClient, ConfigResource
+from support.cli import Run, one_error_line, run_proc, unique_path
 
 from streamrepl.local import EphemeralClusters
 
@@ -378,7 +378,7 @@ def test_output_into_a_closed_pipe_is_quiet(clusters: EphemeralClusters) -> None
     import os
     import subprocess
 
-    from clitools import STREAMREPL_BIN
+    from support.cli import STREAMREPL_BIN
 
     r, w = os.pipe()
     os.close(r)  # nobody will read

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from clitools import Run, one_error_line, unique_path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
+from support.cli import Run, one_error_line, unique_path
 
 from streamrepl.local import EphemeralClusters
 

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
-from streamtools import Gateways, caught_up, cli_json, produce, run_cli, sp, wait_until
 from support import FAST_GROUP
+from support.streams import Gateways, caught_up, cli_json, produce, sp, wait_until
+from support.streams import cli_proc as run_cli
 
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from streamtools import (
+from support import not_on_noida
+from support.streams import (
     Gateways,
     SteadyProducer,
     cli_data,
@@ -31,7 +32,6 @@ from streamtools import (
     uuid_of,
     wait_until,
 )
-from support import not_on_noida
 
 from streamrepl.local import EphemeralClusters
 

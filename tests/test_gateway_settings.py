@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clitools import Run, one_error_line, run_proc
+from support.cli import Run, one_error_line, run_proc
 
 
 @pytest.mark.parametrize(

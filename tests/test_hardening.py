@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from clitools import run_cli
+from support.cli import run_cli
 
 from streamrepl import registry
 from streamrepl.errors import InvalidArgument, RegistryError

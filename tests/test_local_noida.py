@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clitools import STREAMREPL_BIN, Run, one_error_line, run_cli
+from support.cli import STREAMREPL_BIN, Run, one_error_line, run_cli
 from test_local import _alive, _round_trip
 
 from streamrepl import local, settings

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from clitools import Run, run_cli, unique_path
+from support.cli import Run, run_cli, unique_path
 
 from streamrepl.local import EphemeralClusters
 

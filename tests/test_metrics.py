@@ -9,8 +9,8 @@ import sys
 import urllib.request
 
 import pytest
-from clitools import one_error_line, run_cli
-from streamtools import Gateways, caught_up, link, new_stream, new_topics, produce, sp, wait_until
+from support.cli import one_error_line, run_cli
+from support.streams import Gateways, caught_up, link, new_stream, new_topics, produce, sp, wait_until
 
 from streamrepl.local import EphemeralClusters
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clitools import run_cli
+from support.cli import run_cli
 
 from streamrepl import registry
 from streamrepl.errors import RegistryError

@@ -6,7 +6,8 @@ import time
 import uuid
 
 import pytest
-from streamtools import Gateways, assert_identical, caught_up, cli_json, produce, run_cli, wait_until
+from support.streams import Gateways, assert_identical, caught_up, cli_json, produce, wait_until
+from support.streams import cli_proc as run_cli
 
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import StreamPath

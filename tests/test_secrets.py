@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import support
 import yaml
-from clitools import STREAMREPL_BIN, Run, run_cli
+from support.cli import STREAMREPL_BIN, Run, run_cli
 
 from streamrepl.local import EphemeralClusters
 

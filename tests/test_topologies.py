@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from streamtools import (
+from support.streams import (
     Gateways,
     cli,
     cli_data,
