@@ -478,3 +478,43 @@ def test_replica_and_upstream_limits(env: Env, monkeypatch: pytest.MonkeyPatch) 
         replicas.upstream_add(reg, dsts[2], ups[2])
     _, after = load(reg, dsts[2])
     assert after == before
+
+
+def plain_topic(env: Env, path: str, topic: str, parts: int) -> None:
+    """What a plain Kafka tool does: make the Kafka topic by name, under the stream's prefix, outside streamrepl."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": env.bs_of(path)})
+    for f in admin.create_topics([NewTopic(kafka_topic_name(sp(path), topic), parts, 1)]).values():
+        f.result(30)
+
+
+def test_topics_made_by_plain_kafka_clients_are_replicated_both_ways_and_many_to_one(env: Env) -> None:
+    """Nobody runs a streamrepl command after the plain clients made their topics: the gateways adopt them."""
+    n = name("plain")
+    a = new_stream(env.reg, f"/sanfrancisco/{n}")
+    b = new_stream(env.reg, f"/newyork/{n}", copyfrom=a)
+    link(env.reg, a, b)
+    link(env.reg, b, a)
+    plain_topic(env, a, "views", 2)
+    plain_topic(env, b, "clicks", 3)
+    produce_to(env, a, "views", 300, 2, tag="a")
+    produce_to(env, b, "clicks", 300, 3, tag="b")
+    wait_replicated(env, a, b, {"views": 2}, timeout=120)
+    wait_replicated(env, b, a, {"clicks": 3}, timeout=120)
+    assert assert_replica_of(env, a, b, {"views": 2}) == 300
+    assert assert_replica_of(env, b, a, {"clicks": 3}) == 300
+
+    west, east = new_stream(env.reg, f"/sanfrancisco/{n}m"), new_stream(env.reg, f"/tokyo/{n}m")
+    hub = new_stream(env.reg, f"/newyork/{n}m", copyfrom=west)
+    link(env.reg, west, hub)
+    link(env.reg, east, hub)
+    plain_topic(env, west, "w", 2)
+    plain_topic(env, east, "e", 2)
+    produce_to(env, west, "w", 200, 2, tag="w")
+    produce_to(env, east, "e", 200, 2, tag="e")
+    wait_replicated(env, west, hub, {"w": 2}, timeout=120)
+    wait_replicated(env, east, hub, {"e": 2}, timeout=120)
+    assert assert_replica_of(env, west, hub, {"w": 2}) == 200
+    assert assert_replica_of(env, east, hub, {"e": 2}) == 200
+    wait_uptodate(env, a, b, west, east)

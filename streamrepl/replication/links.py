@@ -61,6 +61,8 @@ class Plan:
     problems: list[str]
     #: the clusters whose stream metadata the plan was made from (a change in any of them changes it)
     clusters: list[Cluster] = field(default_factory=list)
+    #: the source streams of the links, as read: the planner adopts topics plain Kafka clients made under them
+    sources: dict[StreamPath, tuple[Cluster, Stream]] = field(default_factory=dict)
 
 
 def read_streams(cluster: Cluster) -> dict[str, Stream]:
@@ -108,6 +110,7 @@ def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str
                 bool(entry.synchronous),
             )
             plan.links.append(link)
+            plan.sources[link.src] = (src_c, srec)
             for topic, meta in srec.topics.items():
                 replica_topic = rec.topics.get(topic)
                 if meta.deleting or (replica_topic is not None and replica_topic.deleting):

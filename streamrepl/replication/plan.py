@@ -39,6 +39,26 @@ class Planner:
         """The Kafka topics of the destination cluster now."""
         return set(self._list_topics(self.cluster))
 
+    def adopt_source_topics(self, plan: Plan) -> bool:
+        """Topics a plain Kafka client made under a replicated stream's prefix join that stream (`autocreate true`):
+        every topic of a stream is replicated, whoever made it. True when one was adopted (the metadata changed, so
+        the next plan has it). One topic listing per source cluster."""
+        listed: dict[str, dict[str, int]] = {}
+        adopted = False
+        for src, (cluster, rec) in plan.sources.items():
+            if not rec.settings.autocreate:
+                continue  # reported by `replica list` and `stream topic list`, not adopted
+            try:
+                present = listed.setdefault(cluster.name, self._list_topics(cluster))
+                r = Resolved(src, cluster)
+                if topics.strays(r, rec, present):
+                    topics.adopt_strays(r, rec, present)
+                    adopted = True
+                    log.info("adopted into %s the topics a Kafka client made under it", src)
+            except StreamreplError as e:  # one source cluster down must not stop the others
+                log.warning("cannot look for new topics of %s: %s", src, e)
+        return adopted
+
     def ensure_topics(self, plan: Plan) -> None:
         present = self._list_topics(self.cluster)
         for (dst, topic), n in plan.topics.items():

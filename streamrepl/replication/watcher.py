@@ -58,6 +58,8 @@ class PlanWatcher:
         while not self.stopping:
             try:
                 plan = self.planner.discover()
+                if self.planner.adopt_source_topics(plan):
+                    plan = self.planner.discover()
                 if plan.problems != logged:
                     for p in plan.problems:
                         log.warning("%s", p)
