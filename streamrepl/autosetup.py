@@ -127,5 +127,8 @@ def autosetup(
         "replica": str(dst.path),
         "replicaState": str(final.state),
         "multimaster": multimaster,
-        **copied,
+        **{k: v for k, v in copied.items() if k != "dstcreated"},
+        # whether this autosetup run created the replica stream (its copy found it made: copystream's own column
+        # said false, and shared its name with stream info's creation time)
+        "replicacreated": not exists,
     }

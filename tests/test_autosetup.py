@@ -71,6 +71,9 @@ def test_autosetup_multimaster_while_producing(ec, tmp_path):
                 registry=ec.registry_path,
             )
             assert out[0]["replicaState"] == "REPLICA_STATE_REPLICATING"
+            # It made the replica stream (copystream's own "created" column said false here, and was named like
+            # stream info's creation time).
+            assert out[0]["replicacreated"] is True and "created" not in out[0], out[0]
             time.sleep(2)
         finally:
             stop.set()

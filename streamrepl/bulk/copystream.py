@@ -198,7 +198,8 @@ class CopyResult:
         return {
             "src": self.src,
             "dst": self.dst,
-            "created": self.created,
+            # whether this run created the destination stream (not stream info's creation time)
+            "dstcreated": self.created,
             "partitions": self.partitions,
             "records": self.records,
             "fillers": self.fillers,
