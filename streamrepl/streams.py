@@ -279,6 +279,25 @@ def delete(reg: Registry, path: str) -> None:
     r.store.update(r.path.path, drop)
 
 
+#: The columns of `stream info`/`stream list` that every user sees (the ACEs follow for users with adminperm).
+INFO_COLUMNS = (
+    "path",
+    "cluster",
+    "uuid",
+    "numtopics",
+    "defaultpartitions",
+    "ttl",
+    "compression",
+    "autocreate",
+    "defaulttimestamptype",
+    "compact",
+    "numreplicas",
+    "numupstreams",
+    "creator",
+    "created",
+)
+
+
 def info_row(r: Resolved, rec: Stream) -> dict[str, Any]:
     s = rec.settings
     row: dict[str, Any] = {

@@ -68,14 +68,14 @@ def list_cmd(dstcluster: str | None) -> None:
     Unlike maprcli's `cluster gateway list` (each cluster's configured list, columns cluster gatewayConfig),
     this lists the gateways running now, with more columns; `cluster gateway get` shows a configured list.
     """
-    from ..replication.live import live_gateways
+    from ..replication.live import COLUMNS, live_gateways
 
     reg = app().registry
     names = [dstcluster] if dstcluster else list(reg.clusters)
     rows = []
     for name in names:
         rows.extend(live_gateways(reg.get(name)))
-    output(rows)
+    output(rows, COLUMNS)
 
 
 # maprcli's other gateway verbs. Here `set` names the gateways ALLOWED to serve a destination cluster (a gateway

@@ -95,4 +95,5 @@ def list_cmd(cluster: str | None) -> None:
     """List the streams of one or every cluster."""
     from .. import streams
 
-    output(streams.list_streams(app().registry, cluster))
+    rows = streams.list_streams(app().registry, cluster)
+    output(rows, None if rows else streams.INFO_COLUMNS)  # an empty list still has its header

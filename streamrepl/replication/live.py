@@ -15,6 +15,9 @@ from typing import Any
 from .. import statustopic
 from ..registry import Cluster
 
+#: The columns of `cluster gateway list`, printed even when no gateway runs.
+COLUMNS = ("cluster", "gateway", "host", "pid", "slots", "partitions", "applied", "errors", "lastseen", "replicates")
+
 
 def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
     now_ms = time.time() * 1000
