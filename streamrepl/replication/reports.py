@@ -4,18 +4,21 @@ state of each replica partition it applies (`replica list`)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
 from collections.abc import Callable
 
 from .. import statustopic
-from ..kafka import Producer
+from ..kafka import KafkaException, Producer
 from .links import Plan, Unit
 from .partitions import Partitions
 from .stats import GatewayStats
 
 REPORT_SECONDS = 5.0
+
+log = logging.getLogger("streamrepl.gateway")
 
 
 class StatusReports:
@@ -53,11 +56,7 @@ class StatusReports:
                 "next": nxt,
                 "updated": int(time.time() * 1000),
             }
-            self._producer().produce(
-                statustopic.STATUS_TOPIC,
-                key=statustopic.unit_key(str(unit.dst), str(src), unit.topic, unit.partition).encode(),
-                value=json.dumps(body).encode(),
-            )
+            self._send(statustopic.unit_key(str(unit.dst), str(src), unit.topic, unit.partition), body)
 
     def all(self) -> None:
         """The partitions whose state changed since they were last reported, and the gateway itself."""
@@ -82,8 +81,13 @@ class StatusReports:
         self._gateway({"gateway": self.gateway_id, "stopped": True, "updated": int(time.time() * 1000)})
 
     def _gateway(self, body: dict[str, object]) -> None:
-        self._producer().produce(
-            statustopic.STATUS_TOPIC,
-            key=statustopic.gateway_key(self.gateway_id).encode(),
-            value=json.dumps(body).encode(),
-        )
+        self._send(statustopic.gateway_key(self.gateway_id), body)
+
+    def _send(self, key: str, body: dict[str, object]) -> None:
+        """Reports go through the gateway's producer. One in a fatal state (a destination broker that came back
+        without the producer's state, a fence) is the writes' to restart (Mover.check_writes sees it at the next
+        delivery); a report that cannot be sent now is sent again at the next report period, not a reason to die."""
+        try:
+            self._producer().produce(statustopic.STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode())
+        except (KafkaException, BufferError) as e:
+            log.warning("gateway %s: a status report was not sent (%s)", self.gateway_id, e)
