@@ -13,7 +13,7 @@ from .metastore import MetaStore
 from .model import Replica, ReplicaState, Stream
 from .paths import StreamPath, kafka_topic_name
 from .registry import Cluster, Registry
-from .statustopic import no_gateway_error, read
+from .statustopic import no_gateway_error, read, stalled_error
 
 BYTES_SAMPLE = 20000
 
@@ -113,14 +113,17 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
             if oldest and (not row["minPendingTS"] or oldest < row["minPendingTS"]):
                 row["minPendingTS"] = oldest
             row["maxPendingTS"] = max(row["maxPendingTS"], newest)
+    reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
+    stalled = ""
     if agreed and not entry.paused and not row["lasterror"]:
         row["lasterror"] = no_gateway_error(dst_cluster)
-    reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
+        if not row["lasterror"]:
+            stalled = row["lasterror"] = stalled_error(dst_cluster, reports, set(pairs))
     errors = [r for r in reports.values() if r.get("state") == "error"]
     if errors:
         worst = max(errors, key=lambda r: r.get("updated", 0))
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = worst.get("error", "")
         row["errorPartitions"] = len(errors)
-    row["isUptodate"] = agreed and not errors and not unadopted and row["putsPending"] == 0
+    row["isUptodate"] = agreed and not errors and not unadopted and not stalled and row["putsPending"] == 0
     return row

@@ -98,3 +98,29 @@ def wait_released(holders: dict[str, tuple[Cluster, list[str]]], timeout: float 
         if not held or time.monotonic() >= deadline:
             return held
         time.sleep(0.3)
+
+
+def stalled_error(cluster: Cluster, unit_reports: dict[str, dict[str, Any]], wanted: set[tuple[str, int]]) -> str:
+    """The replica partitions (of `wanted`, (topic, partition)) whose last report comes from a gateway that is no longer
+    live, so that nobody applies them, held by whom and since when; "" when none. A broker that expires dead members
+    hands them to another gateway within a session, whose report then replaces the dead one's; one whose coordinator
+    keeps dead members (noida-db) never does."""
+    gateways = read(cluster, "gateway|")
+    now_ms = time.time() * 1000
+    live = {r.get("gateway") for r in gateways.values() if is_live(r, now_ms)}
+    held: dict[str, list[str]] = {}
+    for key, rep in unit_reports.items():
+        _, topic, partition = key.rsplit("|", 2)  # unit|<replica>|<upstream>|<topic>|<partition>
+        gateway = rep.get("gateway")
+        if (topic, int(partition)) in wanted and gateway and gateway not in live and rep.get("state") != "error":
+            held.setdefault(str(gateway), []).append(f"{topic}[{partition}]")
+    if not held:
+        return ""
+    gateway, parts = sorted(held.items())[0]
+    last = gateways.get(gateway_key(gateway), {})
+    when = datetime.fromtimestamp(last.get("updated", 0) / 1000, tz=UTC).isoformat(timespec="seconds")
+    return (
+        f"partitions {', '.join(sorted(parts))} are held by gateway {gateway}, which stopped reporting at {when}, and"
+        f" no live gateway has taken them over: nothing is replicated into them (see README, 'Brokers', for brokers"
+        f" that never expire a dead member); start that gateway again"
+    )

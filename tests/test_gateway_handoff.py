@@ -17,9 +17,10 @@ from streamrepl.local import EphemeralClusters
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ec() -> Iterator[EphemeralClusters]:
-    # Brokers of its own, noida-db: the test counts the slots of two gateways and stops one.
+    # Brokers of its own, noida-db, for each test: it counts the slots of two gateways and stops one; a gateway left
+    # dead in the group (SIGKILL at the end of a test) would hold its slots there for good.
     with EphemeralClusters(["newyork"], broker="noida") as ec:
         yield ec
 
@@ -36,3 +37,32 @@ def test_a_sigtermed_gateway_hands_its_slots_to_the_other_on_noida(ec: Ephemeral
         gws.kill(a, signal.SIGTERM)
         # A hang guard, not a speed check (bench/run.py measures the handoff): without LeaveGroup it never happens.
         wait_until(lambda: slots(ec).get(b) == 64, 60, f"{b} to take over the slots of the stopped {a}")
+
+
+def test_partitions_held_by_a_dead_gateway_are_reported_as_stalled_on_noida(
+    ec: EphemeralClusters, tmp_path: Path
+) -> None:
+    """noida-db's group coordinator never expires a member that dies: its partitions are never taken over. replica
+    list said REPLICATING with an empty lasterror; it must say which partitions are stalled, held by whom, since when."""
+    env = {"STREAMREPL_CLUSTERS": str(ec.registry_path)}
+    src, dst = "/newyork/stallsrc", "/newyork/stalldst"
+    for path in (src, dst):
+        assert run_cli("stream", "create", "-path", path, env=env).code == 0
+    assert run_cli("stream", "topic", "create", "-path", src, "-topic", "t", "-partitions", "4", env=env).code == 0
+    assert run_cli("stream", "replica", "add", "-path", src, "-replica", dst, env=env).code == 0
+    assert run_cli("stream", "upstream", "add", "-path", dst, "-upstream", src, env=env).code == 0
+    with Gateways(ec.registry_path, "newyork", tmp_path) as gws:
+        gws.start("stall-a")
+        gws.start("stall-b")
+        wait_until(lambda: sorted(slots(ec).values()) == [32, 32], 120, "the two gateways to share the slots")
+
+        def row() -> dict:
+            return run_cli("stream", "replica", "list", "-path", src, "-json", env=env).data()[0]  # type: ignore[no-any-return]
+
+        wait_until(lambda: not row()["lasterror"], 60, "the link to be replicating with no error")
+        held = run_cli("cluster", "gateway", "list", "-json", env=env).data()
+        victim = next(r["gateway"] for r in held if "stalldst" in r["replicates"])
+        gws.kill(victim, signal.SIGKILL)
+        stalled = wait_until(lambda: row() if "held by gateway" in row()["lasterror"] else None, 60, "the stall report")
+        assert victim in stalled["lasterror"] and "stopped reporting" in stalled["lasterror"], stalled
+        assert stalled["isUptodate"] is False, stalled
