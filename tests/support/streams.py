@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -31,6 +32,16 @@ class Rec:
     tstype: int
     filler: bool
     origin: str | None
+
+    @classmethod
+    def of(cls, m: Any) -> Rec:
+        """A consumed message as the comparisons see it: user headers apart from streamrepl's own."""
+        hs = m.headers() or []
+        origin = next((v.decode() for k, v in hs if k == policy.ORIGIN), None)
+        ts_type, ts = m.timestamp()
+        return cls(
+            m.offset(), m.key(), m.value(), tuple(policy.user_headers(hs)), ts, ts_type, policy.is_filler(hs), origin
+        )
 
 
 def _registry_env(registry: str | Path) -> dict[str, str | None]:
@@ -145,20 +156,7 @@ def read_partition(bootstrap: str, kt: str, partition: int, timeout: float = 30)
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         done = True
                     continue
-                hs = m.headers() or []
-                origin = next((v.decode() for k, v in hs if k == policy.ORIGIN), None)
-                out.append(
-                    Rec(
-                        m.offset(),
-                        m.key(),
-                        m.value(),
-                        tuple(policy.user_headers(hs)),
-                        m.timestamp()[1],
-                        m.timestamp()[0],
-                        policy.is_filler(hs),
-                        origin,
-                    )
-                )
+                out.append(Rec.of(m))
             if done:
                 return out
         raise AssertionError(f"reading {kt}[{partition}] timed out")
@@ -284,20 +282,7 @@ def read_all(bootstrap: str, stream: StreamPath, topics: dict[str, int], timeout
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         waiting.discard(key)
                     continue
-                hs = m.headers() or []
-                origin = next((v.decode() for k, v in hs if k == policy.ORIGIN), None)
-                out[key].append(
-                    Rec(
-                        m.offset(),
-                        m.key(),
-                        m.value(),
-                        tuple(policy.user_headers(hs)),
-                        m.timestamp()[1],
-                        m.timestamp()[0],
-                        policy.is_filler(hs),
-                        origin,
-                    )
-                )
+                out[key].append(Rec.of(m))
         return out
     finally:
         c.close()
