@@ -205,6 +205,10 @@ def _committed_by_group(r: Resolved, kafka_topics: set[str]) -> dict[str, dict[t
     return {g: offsets for g, (offsets, _) in found.items() if offsets}
 
 
+#: The columns of `stream topic list`.
+LIST_COLUMNS = ("topic", "partitions", "consumers", "maxlag", "timestamptype", "kafkatopic")
+
+
 def list_topics(reg: Registry, path: str, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
     rec = adopt_strays(r, rec)

@@ -30,3 +30,10 @@ def test_an_empty_list_prints_its_header(ec: EphemeralClusters, args: list[str],
     assert run.code == 0, run
     assert run.stdout.splitlines()[0].split("\t")[0] == first_column, run
     assert run_cli(*args, "-json", env=env).json()["data"] == []
+
+
+def test_a_stream_without_topics_lists_the_header(ec: EphemeralClusters) -> None:
+    env = {"STREAMREPL_CLUSTERS": str(ec.registry_path)}
+    assert run_cli("stream", "create", "-path", "/empty/notopics", env=env).code == 0
+    run = run_cli("stream", "topic", "list", "-path", "/empty/notopics", env=env)
+    assert run.code == 0 and run.stdout.splitlines()[0].split("\t")[0] == "topic", run

@@ -72,6 +72,7 @@ def list_cmd(path: str) -> None:
     """List the topics of a stream."""
     from .. import topics
 
-    output(
-        topics.list_topics(app().registry, require(path, "path"), warn=lambda m: click.echo(f"warning: {m}", err=True))
+    rows = topics.list_topics(
+        app().registry, require(path, "path"), warn=lambda m: click.echo(f"warning: {m}", err=True)
     )
+    output(rows, None if rows else topics.LIST_COLUMNS)  # an empty list still has its header
