@@ -6,6 +6,7 @@ broker programs is here, one class per kind.
 
 from __future__ import annotations
 
+import abc
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from . import settings
 from .errors import InvalidArgument, Unreachable
 
 
-class BrokerKind:
+class BrokerKind(abc.ABC):
     """One broker program. `command` returns the argv and environment of a broker for `cluster` on `port`."""
 
     name = ""
@@ -24,12 +25,12 @@ class BrokerKind:
     stop_signal = signal.SIGTERM
     stop_timeout = 5.0
 
-    def command(self, cluster: str, port: int, data_dir: Path) -> tuple[list[str], dict[str, str]]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def command(self, cluster: str, port: int, data_dir: Path) -> tuple[list[str], dict[str, str]]: ...
 
+    @abc.abstractmethod
     def runs(self, args: list[bytes], port: int) -> bool:
         """True when a process with this command line is a broker of this kind listening on `port`."""
-        raise NotImplementedError
 
     def keeps_data(self, data_dir: Path) -> bool:
         """True when `data_dir` holds what an earlier broker of this kind saved."""

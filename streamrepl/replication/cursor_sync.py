@@ -19,6 +19,7 @@ round that fails is logged (one line, the link named) and retried the next round
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import select
@@ -39,7 +40,7 @@ from .membership import SLOTS, slot_of_link
 log = logging.getLogger("streamrepl.cursors")
 
 
-class _Rounds:
+class _Rounds(abc.ABC):
     """What both cursor syncs share: `run_once()` every `period` in a daemon thread until stop(). A failing
     round is counted in `errors` and logged, never the end of the thread. Waits a full period from the start
     of each round, and at least a tenth of one: never spins. `committed` counts the destination offsets
@@ -54,13 +55,14 @@ class _Rounds:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @abc.abstractmethod
     def run_once(self) -> int:
-        raise NotImplementedError
+        """One round: the destination offsets it moved."""
 
-    def _finish(self) -> None:
+    def _finish(self) -> None:  # noqa: B027 - a hook: nothing to do unless a subclass has something
         """In the thread, after its last round."""
 
-    def _interrupt(self) -> None:
+    def _interrupt(self) -> None:  # noqa: B027 - a hook, as _finish
         """From stop(), before the thread is waited for."""
 
     def _loop(self) -> None:
