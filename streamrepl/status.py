@@ -90,8 +90,9 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
             f"waiting for the replica to accept this upstream: run 'streamrepl stream upstream add"
             f" -path {entry.path} -upstream {src.path}'"
         )
-    srec = topics.adopt_strays(src, srec)
-    unadopted = topics.strays(src, srec)
+    present = kafka.topics(src.cluster)
+    srec = topics.adopt_strays(src, srec, present)
+    unadopted = topics.strays(src, srec, present)
     if unadopted:
         row["lasterror"] = topics.unadopted_warning(src, unadopted)
     dst_cluster = reg.get(entry.cluster)
@@ -116,9 +117,10 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
     reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
     stalled = ""
     if agreed and not entry.paused and not row["lasterror"]:
-        row["lasterror"] = no_gateway_error(dst_cluster)
+        gateways = read(dst_cluster, "gateway|")  # one read of the status topic serves both checks
+        row["lasterror"] = no_gateway_error(dst_cluster, gateways)
         if not row["lasterror"]:
-            stalled = row["lasterror"] = stalled_error(dst_cluster, reports, set(pairs))
+            stalled = row["lasterror"] = stalled_error(gateways, reports, set(pairs))
     errors = [r for r in reports.values() if r.get("state") == "error"]
     if errors:
         worst = max(errors, key=lambda r: r.get("updated", 0))

@@ -63,9 +63,10 @@ def is_live(report: dict[str, Any], now_ms: float | None = None) -> bool:
     return not report.get("stopped") and now_ms - report.get("updated", 0) <= LIVE_SECONDS * 1000
 
 
-def no_gateway_error(cluster: Cluster) -> str:
-    """Why nothing moves into `cluster`'s replicas when no gateway of it is alive, and since when; "" if one is."""
-    reports = list(read(cluster, "gateway|").values())
+def no_gateway_error(cluster: Cluster, gateways: dict[str, dict[str, Any]]) -> str:
+    """Why nothing moves into `cluster`'s replicas when no gateway of it is alive, and since when; "" if one is.
+    `gateways`: the cluster's gateway reports (`read(cluster, "gateway|")`)."""
+    reports = list(gateways.values())
     if any(is_live(r) for r in reports):
         return ""
     start = f"start one with 'streamrepl gateway start -cluster {cluster.name}'"
@@ -100,12 +101,13 @@ def wait_released(holders: dict[str, tuple[Cluster, list[str]]], timeout: float 
         time.sleep(0.3)
 
 
-def stalled_error(cluster: Cluster, unit_reports: dict[str, dict[str, Any]], wanted: set[tuple[str, int]]) -> str:
+def stalled_error(
+    gateways: dict[str, dict[str, Any]], unit_reports: dict[str, dict[str, Any]], wanted: set[tuple[str, int]]
+) -> str:
     """The replica partitions (of `wanted`, (topic, partition)) whose last report comes from a gateway that is no longer
     live, so that nobody applies them, held by whom and since when; "" when none. A broker that expires dead members
     hands them to another gateway within a session, whose report then replaces the dead one's; one whose coordinator
-    keeps dead members (noida-db) never does."""
-    gateways = read(cluster, "gateway|")
+    keeps dead members (noida-db) never does. `gateways`: the cluster's gateway reports."""
     now_ms = time.time() * 1000
     live = {r.get("gateway") for r in gateways.values() if is_live(r, now_ms)}
     held: dict[str, list[str]] = {}

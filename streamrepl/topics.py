@@ -211,8 +211,9 @@ LIST_COLUMNS = ("topic", "partitions", "consumers", "maxlag", "timestamptype", "
 
 def list_topics(reg: Registry, path: str, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     r, rec = load(reg, path)
-    rec = adopt_strays(r, rec)
-    if warn is not None and (found := strays(r, rec)):
+    present = kafka.topics(r.cluster)
+    rec = adopt_strays(r, rec, present)
+    if warn is not None and (found := strays(r, rec, present)):
         warn(unadopted_warning(r, found))
     names = {t: kafka_topic_name(r.path, t) for t in rec.topics}
     ends = kafka.topic_ends(r.cluster, names.values())

@@ -49,10 +49,11 @@ class Planner:
             if not rec.settings.autocreate:
                 continue  # reported by `replica list` and `stream topic list`, not adopted
             try:
-                present = listed.setdefault(cluster.name, self._list_topics(cluster))
+                if cluster.name not in listed:  # not setdefault: its argument would list the topics every time
+                    listed[cluster.name] = self._list_topics(cluster)
+                present = listed[cluster.name]
                 r = Resolved(src, cluster)
-                if topics.strays(r, rec, present):
-                    topics.adopt_strays(r, rec, present)
+                if topics.adopt_strays(r, rec, present) is not rec:  # the record it returns is a new one
                     adopted = True
                     log.info("adopted into %s the topics a Kafka client made under it", src)
             except StreamreplError as e:  # one source cluster down must not stop the others
