@@ -39,8 +39,9 @@ PERMS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")  # 
 KAFKA_COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "snappy": "snappy", "zstd": "zstd"}
 TIMESTAMP_TYPES = {"createtime": "CreateTime", "logappendtime": "LogAppendTime"}
 MAX_LONG = 2**63 - 1
-#: Kafka counts partitions in a 32-bit integer.
-MAX_PARTITIONS = 2**31 - 1
+#: The most partitions a topic can be created with or grown to: the limit confluent-kafka's NewTopic and
+#: NewPartitions check (Kafka's own protocol field would take 2**31 - 1).
+MAX_PARTITIONS = 100_000
 #: Settings a Kafka topic config holds as a 64-bit number (ttl in milliseconds).
 MAXIMA = {"ttl": MAX_LONG // 1000, "mincompactionlag": MAX_LONG, "deleteretention": MAX_LONG}
 
@@ -100,7 +101,7 @@ def check_partitions(n: int, option: str) -> int:
     if n <= 0:
         raise InvalidArgument(f"{option} {n} must be at least 1")
     if n > MAX_PARTITIONS:
-        raise InvalidArgument(f"{option} {n} is too large; Kafka allows at most {MAX_PARTITIONS} partitions")
+        raise InvalidArgument(f"{option} {n} is too large: at most {MAX_PARTITIONS} partitions a topic")
     return n
 
 

@@ -306,3 +306,22 @@ def test_replica_resume_says_why_it_cannot_restart_a_link_in_error(
     assert "ERROR" in line and "was deleted and created again" in line, line
     assert cli("stream", "replica", "pause", "-path", src, "-replica", dst).code == 0
     assert cli("stream", "replica", "resume", "-path", src, "-replica", dst).code == 0
+
+
+# -- bytes given on the command line ---------------------------------------------------------------------------------
+def test_produce_writes_the_bytes_of_a_key_and_header_that_are_not_utf8(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    """`-key $'\\xff\\xfe'` was "unexpected UnicodeEncodeError": the shell hands over bytes, and those are the key."""
+    src = new_path()
+    assert cli("stream", "create", "-path", src, "-defaultpartitions", "1").code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    key = os.fsdecode(b"\xff\xfe")  # what the shell's $'\xff\xfe' reaches Python as
+    header = "h=" + os.fsdecode(b"\xfa")
+    run = run_proc(["produce", "-path", f"{src}:t", "-key", key, "-header", header], stdin="v\n")
+    assert run.code == 0, run
+    got = cli("consume", "-path", f"{src}:t", "-offset", "earliest", "-count", "1", "-timeout", "10")
+    assert got.code == 0, got
+    fields = got.stdout.splitlines()[0].split("\t")
+    assert fields[4] == "\\xff\\xfe", fields
+    assert fields[6] == "h=\\xfa", fields

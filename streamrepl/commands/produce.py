@@ -28,6 +28,8 @@ JOIN_WAIT = 30.0
 
 #: Kafka timestamps are 64-bit signed milliseconds.
 MAX_TIMESTAMP = 2**63 - 1
+#: Kafka offsets are 64-bit signed too.
+MAX_OFFSET = 2**63 - 1
 
 
 def _split_path(path: str) -> tuple[str, str | None]:
@@ -54,8 +56,20 @@ def _header_pairs(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
         k, sep, v = h.partition("=")
         if not sep or not k:
             raise InvalidArgument(f"-header '{h}' must be key=value")
-        out.append((k, v.encode()))
+        if not k.isprintable() or _undecodable(k):
+            raise InvalidArgument(f"-header name {k!r} must be printable UTF-8 text (the value may be any bytes)")
+        out.append((k, _arg_bytes(v)))
     return out
+
+
+def _undecodable(text: str) -> bool:
+    """True when `text` carries bytes the shell passed that are not UTF-8 (Python keeps them as surrogates)."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def _arg_bytes(text: str) -> bytes:
+    """The bytes a command-line argument was given as: `-key $'\\xff'` is the byte 0xff, not an error."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _json_headers(value: Any, line: int) -> list[tuple[str, Any]]:
@@ -171,6 +185,7 @@ def produce(
     if fmt == "json" and key is not None:
         raise InvalidArgument("-key is for -format lines; with -format json give each record its key in 'key'")
     base_headers = _header_pairs(header)
+    key_bytes = _arg_bytes(key) if key is not None else None
     results: list[Delivery] = []
     errors: list[str] = []
 
@@ -195,7 +210,7 @@ def produce(
                 continue
             try:
                 if fmt == "lines":
-                    p.produce(topic, line, key=key, headers=base_headers, partition=partition, on_delivery=done)
+                    p.produce(topic, line, key=key_bytes, headers=base_headers, partition=partition, on_delivery=done)
                 else:
                     p.produce(topic, **_json_record(line, n, base_headers, partition), on_delivery=done)
             except StreamreplError as e:
@@ -357,9 +372,11 @@ def consume(
     _check_seconds(failoverafter, "failoverafter", above_zero=True)
     if offset is not None and offset not in ("earliest", "latest"):
         try:
-            int(offset)
+            n = int(offset)
         except ValueError:
             raise InvalidArgument(f"-offset '{offset}' must be earliest, latest or an offset number") from None
+        if abs(n) > MAX_OFFSET:
+            raise InvalidArgument(f"-offset {offset} is too large: offsets go up to {MAX_OFFSET}")
     if offset is not None and timestamp is not None:
         raise InvalidArgument("give -offset or -timestamp, not both")
     _check_failover(app().registry, stream, failover)
