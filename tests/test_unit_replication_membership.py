@@ -71,3 +71,48 @@ def test_every_partition_hashes_to_one_slot() -> None:
     slots = {slot_of(u) for u in units}
     assert all(0 <= s < SLOTS for s in slots) and len(slots) > SLOTS // 2, "spread over the slots"
     assert [slot_of(u) for u in units] == [slot_of(u) for u in units]
+
+
+class _FatalError:
+    def fatal(self) -> bool:
+        return True
+
+    def str(self) -> str:
+        return "Broker: Static consumer fenced by other consumer with same group.instance.id"
+
+
+class _FencedMessage:
+    def error(self) -> _FatalError:
+        return _FatalError()
+
+
+def _group(broker: str, made: list[Any]) -> SlotGroup:
+    def new_consumer(cluster: Cluster, **kw: Any) -> Any:
+        made.append(FakeGroupConsumer(cluster, **kw))
+        return made[-1]
+
+    props = {"bootstrap.servers": "127.0.0.1:1", "streamrepl.broker": broker}
+    return SlotGroup(Cluster("ny", props), "gw1", 6000, GatewayStats("gw1"), lambda: None, lambda _: None, new_consumer)
+
+
+def test_gateways_join_as_static_members_where_the_broker_honours_it() -> None:
+    made: list[Any] = []
+    _group("noida", made).join()
+    _group("tansu", made).join()
+    assert made[0].config["group.instance.id"] == "gw1"
+    assert "group.instance.id" not in made[1].config
+
+
+def test_a_gateway_fenced_by_another_with_its_id_stops_with_a_clear_error() -> None:
+    import pytest
+
+    from streamrepl.errors import StreamreplError
+
+    made: list[Any] = []
+    group = _group("noida", made)
+    group.join()
+    made[0].poll = lambda timeout: _FencedMessage()
+    with pytest.raises(StreamreplError, match="another gateway was started with -id gw1"):
+        group.poll()
+    group.leave()  # nothing left to leave: the fenced consumer is not used again
+    assert made[0].closed is False

@@ -17,3 +17,16 @@ def leaves_group_safely(cluster: Cluster) -> bool:
     noida-db never expires a member that stopped heartbeating: without LeaveGroup its slots would stay held for good.
     """
     return cluster.broker != "tansu"
+
+
+def honours_static_membership(cluster: Cluster) -> bool:
+    """Whether gateways should join their group as static members (group.instance.id = the gateway id, KIP-345).
+
+    A static member that comes back under the same id takes its old place at once, without a rebalance. That is the
+    only way out on noida-db, whose coordinator never expires a member that died: there a crashed gateway started
+    again got nothing (its join waited for the dead member for good, and the other gateways gave up their slots
+    too); as a static member it has its slots back within a second (probed: 0.02 s). Tansu accepts the id but does
+    not honour it (the member is revoked and the group rebalances as if it were new), so it is left out there.
+    Apache Kafka honours it since 2.3.
+    """
+    return cluster.broker != "tansu"

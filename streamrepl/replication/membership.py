@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import kafka, statustopic
+from ..errors import StreamreplError
 from ..kafka import Consumer, TopicPartition
 from ..registry import Cluster
 from .links import Link, Unit
@@ -40,6 +41,10 @@ def ensure_internal_topics(cluster: Cluster) -> None:
     statustopic.ensure_topic(cluster)
 
 
+class GatewayFenced(StreamreplError):
+    """Another gateway joined the slot group under this gateway's id."""
+
+
 class SlotGroup:
     """This gateway's membership of the slot group: which slots it owns now.
 
@@ -56,8 +61,11 @@ class SlotGroup:
         on_assigned: Callable[[], None],
         on_give_up: Callable[[set[int]], None],
         new_consumer: Callable[..., Consumer] = kafka.consumer,
+        static: bool | None = None,
     ):
         self.cluster = cluster
+        #: join as a static member (README, "Brokers"): a gateway started again under its id gets its slots back
+        self.static = kafka.honours_static_membership(cluster) if static is None else static
         self.gateway_id = gateway_id
         self.session_ms = session_ms
         self.slots: set[int] = set()
@@ -68,17 +76,16 @@ class SlotGroup:
         self._new_consumer = new_consumer
 
     def join(self) -> None:
-        self.consumer = self._new_consumer(
-            self.cluster,
-            group=f"streamrepl-gateways-{self.cluster.name}",
-            **{
-                "client.id": self.gateway_id,
-                "partition.assignment.strategy": "roundrobin",
-                "session.timeout.ms": self.session_ms,
-                "heartbeat.interval.ms": 1000,
-                "enable.partition.eof": False,
-            },
-        )
+        conf: dict[str, Any] = {
+            "client.id": self.gateway_id,
+            "partition.assignment.strategy": "roundrobin",
+            "session.timeout.ms": self.session_ms,
+            "heartbeat.interval.ms": 1000,
+            "enable.partition.eof": False,
+        }
+        if self.static:
+            conf["group.instance.id"] = self.gateway_id
+        self.consumer = self._new_consumer(self.cluster, group=f"streamrepl-gateways-{self.cluster.name}", **conf)
         self.consumer.subscribe(
             [SLOT_TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
@@ -86,7 +93,16 @@ class SlotGroup:
     def poll(self) -> None:
         """Drives heartbeats and rebalances (the callbacks run in here)."""
         if self.consumer is not None:
-            self.consumer.poll(0)
+            msg = self.consumer.poll(0)
+            err = msg.error() if msg is not None else None
+            if err is not None and err.fatal():
+                self.consumer = None  # fenced: there is no membership left to leave
+                # A static member is fenced when another process joins under the same id: two gateways would write
+                # the same partitions, so this one stops, loudly.
+                raise GatewayFenced(
+                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
+                    f" with -id {self.gateway_id}; give each gateway its own -id"
+                )
 
     def _on_assign(self, _: Any, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
@@ -104,6 +120,13 @@ class SlotGroup:
     def leave(self) -> None:
         """Leave the group now (LeaveGroup)."""
         if self.consumer is not None:
+            if self.static:
+                # librdkafka sends no LeaveGroup when a static member closes (KIP-345 lets it come back instead);
+                # unsubscribing first does send it, so a planned stop still hands the slots over at once.
+                # It goes out from the consumer's own thread: poll a moment, or close() cuts it off.
+                self.consumer.unsubscribe()
+                for _ in range(5):
+                    self.consumer.poll(0.1)
             self.consumer.close()
             self.consumer = None
 

@@ -1,0 +1,265 @@
+"""Benchmark: how fast a replica partition is written again when the gateway writing it stops, per broker.
+
+Run:  .venv/bin/python bench/handoff.py [--brokers tansu,noida] [--rate 2000]
+
+For each broker (Tansu, noida-db) and each way a gateway stops — a planned stop (SIGTERM: the gateway drains, and
+leaves its group where the broker handles a LeaveGroup) and a crash (SIGKILL: nothing is said to the broker) — two
+gateways replicate one topic of 4 partitions while a producer writes `--rate` records/s. The gateway that owns
+partition 0 gets the signal; the clock runs from the signal to the next record applied to partition 0 by the other
+gateway. Where no record comes within the session + 20 s (noida-db never expires a dead member), the figure is the
+time until `stream replica list` reports the stall instead, and the victim is then started again under its id (what
+that report says to do); the time from that restart to the next record on partition 0 is printed too. Every record is
+compared at the end, per partition, offset by offset (lost / doubled / misplaced must all be 0).
+
+Printed beside each figure: the yardsticks it is measured against, taken in the same run: the gateways' session
+timeout, and the broker's own time to complete a join of a new group (the floor of any rebalance on that broker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from streamrepl import kafka, settings
+from streamrepl.local import EphemeralClusters
+
+PY = sys.executable
+SRC, DST = "sanfrancisco", "newyork"
+PARTITIONS = 4
+GRACE = 20.0  # seconds past the session after which a partition that did not move counts as "not moved"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([PY, "-m", "streamrepl", *args], capture_output=True, text=True, env=os.environ)
+    if r.returncode != 0:
+        raise RuntimeError(f"streamrepl {' '.join(args)} failed: {r.stderr.strip()}")
+    return r
+
+
+def start_gateway(logdir: Path, name: str) -> subprocess.Popen:
+    out = open(logdir / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(
+        [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=os.environ,
+    )
+
+
+def owners(dst: str) -> dict[str, list[str]]:
+    """gateway id -> the replica partitions of `dst` it reports writing (cluster gateway list)."""
+    rows = json.loads(cli("cluster", "gateway", "list", "-dstcluster", DST, "-json").stdout)["data"]
+    return {r["gateway"]: [u for u in str(r.get("replicates", "")).split() if u.startswith(dst + ":")] for r in rows}
+
+
+def wait_for_owner(dst: str, unit: str, among: set[str], timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [g for g, units in owners(dst).items() if g in among and unit in units]
+        spread = [g for g, units in owners(dst).items() if g in among and units]
+        if found and len(spread) == len(among):  # both gateways hold partitions: the group has settled
+            return found[0]
+        time.sleep(0.5)
+    raise RuntimeError(f"no settled owner of {unit} among {sorted(among)} in {timeout:.0f} s")
+
+
+def stall_reported(src: str) -> bool:
+    rows = json.loads(cli("stream", "replica", "list", "-path", src, "-json").stdout)["data"]
+    return any("stopped reporting" in str(r.get("lasterror", "")) for r in rows)
+
+
+def join_wait(bootstrap: str, session_ms: int) -> float:
+    """Seconds from a consumer's subscribe to its first assignment, alone in a new group: the broker's own share
+    of every rebalance."""
+    assigned: list[float] = []
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-join-{time.monotonic_ns()}",
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": 1000,
+        }
+    )
+    t0 = time.perf_counter()
+    c.subscribe(["__streamrepl_gateway_slots"], on_assign=lambda _c, _p: assigned.append(time.perf_counter()))
+    while not assigned and time.perf_counter() - t0 < 60:
+        c.poll(0.05)
+    c.close()
+    return round(assigned[0] - t0, 2) if assigned else float("nan")
+
+
+def read_partition(cluster: object, topic: str, partition: int, end: int) -> list[tuple]:
+    c = kafka.consumer(cluster, **{"enable.partition.eof": True})  # type: ignore[arg-type]
+    c.assign([TopicPartition(topic, partition, 0)])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 60
+    while len(out) < end and time.monotonic() < deadline:
+        for m in c.consume(10_000, timeout=0.5):
+            if m.error() is None:
+                out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
+    c.close()
+    return out
+
+
+def compare(ec: EphemeralClusters, topic: str, src_ends: dict) -> dict[str, int]:
+    src_cluster, dst_cluster = (ec_cluster(ec, n) for n in (SRC, DST))
+    lost = doubled = misplaced = 0
+    for i in range(PARTITIONS):
+        a = read_partition(src_cluster, topic, i, src_ends[(topic, i)])
+        b = read_partition(dst_cluster, topic, i, src_ends[(topic, i)])
+        keys_b: dict[bytes | None, int] = {}
+        for r in b:
+            keys_b[r[1]] = keys_b.get(r[1], 0) + 1
+        lost += sum(1 for r in a if r[1] not in keys_b)
+        doubled += sum(k - 1 for k in keys_b.values() if k > 1)
+        misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
+    return {"lost": lost, "doubled": doubled, "misplaced": misplaced}
+
+
+def ec_cluster(ec: EphemeralClusters, name: str) -> object:
+    from streamrepl import registry
+
+    return registry.load(str(ec.registry_path)).get(name)
+
+
+def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals, rate: int) -> dict:
+    src, dst = f"/{SRC}/{name}", f"/{DST}/{name}"
+    cli("stream", "create", "-path", src, "-defaultpartitions", str(PARTITIONS))
+    cli("stream", "topic", "create", "-path", src, "-topic", "t")
+    cli("stream", "create", "-path", dst, "-copymetafrom", src)
+    cli("stream", "replica", "add", "-path", src, "-replica", dst)
+    cli("stream", "upstream", "add", "-path", dst, "-upstream", src)
+    topic = f"sr.{name}.t"
+    names = [f"{name}-a", f"{name}-b"]
+    gws = {n: start_gateway(logdir, n) for n in names}
+    p = Producer({"bootstrap.servers": ec.brokers[SRC].bootstrap, "linger.ms": 1})
+    stop = threading.Event()
+    sent = [0]
+
+    def producer() -> None:
+        while not stop.is_set():
+            for _ in range(rate // 100):
+                p.produce(topic, b"v" * 100, str(sent[0]).encode(), partition=sent[0] % PARTITIONS)
+                sent[0] += 1
+            p.poll(0)
+            time.sleep(0.01)
+        p.flush(30)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    dst_c = kafka.consumer(ec_cluster(ec, DST))  # type: ignore[arg-type]
+    tp = TopicPartition(topic, 0)
+    session_s = settings.gateway().session_ms / 1000
+    moved = stall = back = None
+    try:
+        victim_name = wait_for_owner(dst, f"{dst}:t[0]", set(names))
+        time.sleep(3)
+        victim = gws.pop(victim_name)
+        victim.send_signal(sig)
+        signalled = time.perf_counter()
+        if sig == signal.SIGKILL:
+            victim.wait()
+            time.sleep(0.2)  # what the victim had on the wire has landed by now
+        frozen = kafka.true_end(dst_c, tp)
+        while time.perf_counter() - signalled < session_s + GRACE:
+            end = kafka.true_end(dst_c, tp)
+            if end > frozen and (sig == signal.SIGKILL or victim.poll() is not None):
+                moved = time.perf_counter() - signalled
+                break
+            if sig != signal.SIGKILL and victim.poll() is None:
+                frozen = end  # the victim drains what it has before it leaves; count from its exit
+            time.sleep(0.05)
+        if moved is None:
+            while time.perf_counter() - signalled < session_s + GRACE + 30:
+                if stall_reported(src):
+                    stall = time.perf_counter() - signalled
+                    break
+                time.sleep(0.5)
+            gws[victim_name] = start_gateway(logdir, victim_name)  # the way out the stall message names
+            restarted, frozen = time.perf_counter(), kafka.true_end(dst_c, tp)
+            while time.perf_counter() - restarted < 60 and back is None:
+                if kafka.true_end(dst_c, tp) > frozen:
+                    back = time.perf_counter() - restarted
+                time.sleep(0.05)
+        victim.wait(60)
+        time.sleep(2)
+    finally:
+        stop.set()
+        th.join()
+    tps = [TopicPartition(topic, i) for i in range(PARTITIONS)]
+    src_c = kafka.consumer(ec_cluster(ec, SRC))  # type: ignore[arg-type]
+    src_ends = kafka.true_ends(src_c, tps)
+    deadline = time.monotonic() + 180
+    while kafka.true_ends(dst_c, tps) != src_ends and time.monotonic() < deadline:
+        time.sleep(0.5)
+    dst_c.close()
+    src_c.close()
+    for gw in gws.values():
+        gw.terminate()
+    for gw in gws.values():
+        try:
+            gw.wait(30)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+    return {
+        "signal": sig.name,
+        "seconds_to_next_record": round(moved, 2) if moved is not None else None,
+        "seconds_to_stall_reported": round(stall, 2) if stall is not None else None,
+        "seconds_from_restart_to_next_record": round(back, 2) if back is not None else None,
+        "records": sum(src_ends.values()),
+        **compare(ec, topic, src_ends),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--brokers", default="tansu,noida")
+    ap.add_argument("--rate", type=int, default=2000)
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+    results = []
+    for broker in args.brokers.split(","):
+        logdir = Path(tempfile.mkdtemp(prefix=f"bench-handoff-{broker}-"))
+        with EphemeralClusters([SRC, DST], broker=broker) as ec:
+            os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
+            session_ms = settings.gateway().session_ms
+            runs = []
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                res = one_run(ec, logdir, f"ho{broker[0]}{sig.name[3:].lower()}", sig, args.rate)
+                res.update(broker=broker, session_s=session_ms / 1000, logs=str(logdir))
+                runs.append(res)
+                print(json.dumps(res), flush=True)
+            floor = join_wait(ec.brokers[DST].bootstrap, session_ms)  # the slot topic exists by now
+            results += [dict(r, broker_join_s=floor) for r in runs]
+    print()
+    print(
+        "| broker | stop | next record on the partition (s) | stall reported (s) | session (s) | broker's join (s) |"
+        " records | lost | doubled | misplaced |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        moved = r["seconds_to_next_record"]
+        stall = r["seconds_to_stall_reported"]
+        print(
+            f"| {r['broker']} | {r['signal']} | {moved if moved is not None else 'not moved'} |"
+            f" {stall if stall is not None else '-'} | {r['seconds_from_restart_to_next_record'] or '-'} |"
+            f" {r['session_s']} | {r['broker_join_s']} | {r['records']:,} |"
+            f" {r['lost']} | {r['doubled']} | {r['misplaced']} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
