@@ -171,20 +171,28 @@ def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals,
             victim.wait()
             time.sleep(0.2)  # what the victim had on the wire has landed by now
         frozen = kafka.true_end(dst_c, tp)
-        while time.perf_counter() - signalled < session_s + GRACE:
+        stall_seen: list[float] = []  # the stall report, looked for meanwhile in a thread (a CLI run each time)
+
+        def look_for_stall() -> None:
+            while not stall_seen and moved is None and time.perf_counter() - signalled < session_s + GRACE + 30:
+                if stall_reported(src):
+                    stall_seen.append(time.perf_counter() - signalled)
+                time.sleep(0.5)
+
+        threading.Thread(target=look_for_stall, daemon=True).start()
+        while time.perf_counter() - signalled < session_s + GRACE + 30:
+            now = time.perf_counter()
             end = kafka.true_end(dst_c, tp)
             if end > frozen and (sig == signal.SIGKILL or victim.poll() is not None):
-                moved = time.perf_counter() - signalled
+                moved = now - signalled
                 break
             if sig != signal.SIGKILL and victim.poll() is None:
                 frozen = end  # the victim drains what it has before it leaves; count from its exit
+            if stall_seen and now - signalled > session_s + GRACE:
+                break
             time.sleep(0.05)
+        stall = stall_seen[0] if stall_seen else None
         if moved is None:
-            while time.perf_counter() - signalled < session_s + GRACE + 30:
-                if stall_reported(src):
-                    stall = time.perf_counter() - signalled
-                    break
-                time.sleep(0.5)
             gws[victim_name] = start_gateway(logdir, victim_name)  # the way out the stall message names
             restarted, frozen = time.perf_counter(), kafka.true_end(dst_c, tp)
             while time.perf_counter() - restarted < 60 and back is None:
@@ -243,10 +251,10 @@ def main() -> int:
             results += [dict(r, broker_join_s=floor) for r in runs]
     print()
     print(
-        "| broker | stop | next record on the partition (s) | stall reported (s) | session (s) | broker's join (s) |"
-        " records | lost | doubled | misplaced |"
+        "| broker | stop | next record on the partition (s) | stall reported (s) | restarted: next record (s) |"
+        " session (s) | broker's join (s) | records | lost | doubled | misplaced |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         moved = r["seconds_to_next_record"]
         stall = r["seconds_to_stall_reported"]
