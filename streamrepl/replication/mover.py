@@ -70,6 +70,9 @@ class Mover:
             if link is None:
                 continue
             msgs = c.consume(BATCH, timeout=0)
+            # A source cluster lost meanwhile (heard during consume): its partitions are compared with the replica
+            # before anything more of it is written; this batch's records are fetched again if they still match.
+            self.partitions.recheck_lost_sources()
             if msgs:
                 busy += self.apply_batch(link, msgs)
         self.producer.poll(0)

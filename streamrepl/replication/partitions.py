@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import kafka
 from ..applier import OffsetPreservingWriter, ReplicaConflict, origin_of_tail, replica_tail
-from ..divergence import Divergence, Tail, check, compare, tail_of
+from ..divergence import Divergence, Tail, check, compare, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
@@ -35,9 +35,12 @@ CHECK_TIMEOUT = 2.0
 RETRY_SECONDS = 5.0
 
 
-def source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues."""
+def source_consumer(cluster: Cluster, on_error: Callable[[Any], None] | None = None) -> Consumer:
+    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues; `on_error` hears
+    the client's global errors (a cluster whose brokers are all down)."""
     extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
+    if on_error is not None:
+        extra["error_cb"] = on_error
     return kafka.consumer(cluster, **extra)
 
 
@@ -76,7 +79,7 @@ class Partitions:
         self,
         reader: Consumer,
         stats: GatewayStats,
-        new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
+        new_source_consumer: Callable[..., Consumer] = source_consumer,
         on_fail: Callable[[Unit, str], None] = _no_report,
     ):
         self.reader = reader
@@ -92,14 +95,33 @@ class Partitions:
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
+        #: links whose source cluster had all its brokers down since their partitions were last compared
+        self.sources_lost: set[str] = set()
         self.on_fail = on_fail
 
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:
-            c = self._new_source_consumer(link.src_cluster)
+            c = self._new_source_consumer(link.src_cluster, on_error=lambda err: self._source_error(link.name, err))
             self.sources[link.name] = c
         return c
+
+    def _source_error(self, name: str, err: Any) -> None:
+        if kafka.is_all_brokers_down(err):
+            self.sources_lost.add(name)
+
+    def recheck_lost_sources(self) -> None:
+        """A source cluster whose brokers were all down may come back without records it had acknowledged (a
+        broker that had not saved them), and take new ones at those offsets: its fetches then go on from the
+        replica's end into another history, with no offset out of range to tell. So every partition it feeds is
+        compared with the replica again before it goes on, as on acquire (verify_feeds, retried while down)."""
+        while self.sources_lost:
+            name = self.sources_lost.pop()
+            for state in self.units.values():
+                if name in state.feeds:
+                    link, tp = state.feeds[name]
+                    self._remove_feed(state, name)
+                    state.unverified[name] = (link, tp.topic)
 
     def _probe(self, link: Link) -> Consumer:
         c = self.probes.get(link.name)
@@ -149,7 +171,9 @@ class Partitions:
         return True
 
     def retry_unverified(self) -> None:
-        """Called from the loop: the feeds whose source did not answer when their partition was acquired."""
+        """Called from the loop: the feeds whose source did not answer when their partition was acquired, or
+        whose source cluster was lost meanwhile (recheck_lost_sources)."""
+        self.recheck_lost_sources()
         for unit, state in list(self.units.items()):
             if state.unverified and unit not in self.errored:
                 self.verify_feeds(state)
@@ -192,6 +216,11 @@ class Partitions:
             )
         except (KafkaException, TimeoutError) as e:
             log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
+            # A probe that saw the source broker restart may keep its partitions unknown (its metadata is only
+            # refreshed every few minutes): the next check is made by a new one.
+            probe = self.probes.pop(link.name, None)
+            if probe is not None:
+                probe.close()
             return "down" if isinstance(e, TimeoutError) or kafka.is_transport(e) else "unread"
         if div is None:
             return True
@@ -228,7 +257,8 @@ class Partitions:
     def diverged(self, unit: Unit, link: Link, div: Divergence) -> None:
         self.stats.divergences += 1
         source = f"source {link.src}:{unit.topic} partition {unit.partition}"
-        self.fail(unit, div.describe(source, f"streamrepl diffstreams -src {link.src} -dst {link.dst}"))
+        hint = f"streamrepl diffstreams -src {link.src} -dst {link.dst}"
+        self.fail(unit, div.describe(source, hint, resync_hint(str(link.src), str(link.dst), unit.topic)))
 
     def fail(self, unit: Unit, error: str) -> None:
         log.error("%s", error)
@@ -245,6 +275,10 @@ class Partitions:
         for unit in [u for u in self.units if u not in wanted]:
             producer.flush(30)
             self.drop(unit)
+        # A failed unit that left the plan (its link paused, as `replica resync` does, or its slot gone) is
+        # checked again, as any acquired unit is, when it comes back: a pause and resume restarts it.
+        for unit in [u for u in self.errored if u not in wanted]:
+            del self.errored[unit]
         for unit, feeds in wanted.items():
             if unit in self.errored:
                 continue
