@@ -223,5 +223,7 @@ def test_resync_refuses_bad_input_in_one_line(env: Env) -> None:
         f"topic nope is not a topic of stream {src}; see 'streamrepl stream topic list -path {src}'"
     )
     assert refused("-path", src).endswith("missing -replica; give the replica stream's path")
-    assert refused("-path", src, "-replica", src).endswith(f"stream {src} cannot be resynchronized from itself")
+    assert refused("-path", src, "-replica", src).endswith(
+        f"stream {src} cannot be resynchronized from itself; give its replica in -replica"
+    )
     assert row_of(env, src, dst)["paused"] is False

@@ -76,6 +76,8 @@ class Mover:
             if msgs:
                 busy += self.apply_batch(link, msgs)
         self.producer.poll(0)
+        if self.partitions.stale_producer:
+            self.restart_writes(f"a partition it wrote was re-created: {self.partitions.stale_producer}")
         self.check_writes()
         self.unthrottle()
         self.partitions.retry_unverified()
@@ -236,6 +238,8 @@ class Mover:
         )
         self.stats.write_restarts += 1
         self.partitions.drop_all()
+        self.partitions.left_at.clear()  # a new producer has no sequence to keep
+        self.partitions.stale_producer = ""
         old = self.producer
         try:
             old.purge(in_queue=True, in_flight=True)

@@ -97,6 +97,10 @@ class Partitions:
         self._new_source_consumer = new_source_consumer
         #: links whose source cluster had all its brokers down since their partitions were last compared
         self.sources_lost: set[str] = set()
+        #: (replica topic, partition) -> where this gateway's producer left it, for the partitions it let go
+        self.left_at: dict[tuple[str, int], int] = {}
+        #: why the producer must be replaced before a partition is taken up again ("" when it need not be)
+        self.stale_producer = ""
         self.on_fail = on_fail
 
     def _source_consumer(self, link: Link) -> Consumer:
@@ -111,10 +115,8 @@ class Partitions:
             self.sources_lost.add(name)
 
     def recheck_lost_sources(self) -> None:
-        """A source cluster whose brokers were all down may come back without records it had acknowledged (a
-        broker that had not saved them), and take new ones at those offsets: its fetches then go on from the
-        replica's end into another history, with no offset out of range to tell. So every partition it feeds is
-        compared with the replica again before it goes on, as on acquire (verify_feeds, retried while down)."""
+        """A source cluster back from all brokers down may have lost acknowledged records and taken new ones at
+        their offsets (no offset out of range tells): its partitions are compared again, as on acquire."""
         while self.sources_lost:
             name = self.sources_lost.pop()
             for state in self.units.values():
@@ -134,6 +136,10 @@ class Partitions:
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
         end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
+        if end < self.left_at.get((dst_kt, unit.partition), 0):
+            # Re-created meanwhile (`replica resync`): the producer's sequence would be fatally refused; replace it.
+            self.stale_producer = f"{unit.key} ends at {end}, below offset {self.left_at[(dst_kt, unit.partition)]}"
+            return
         writer = OffsetPreservingWriter(
             producer,
             dst_kt,
@@ -198,6 +204,7 @@ class Partitions:
         state = self.units.pop(unit, None)
         if state is None:
             return
+        self.left_at[(state.writer.topic, state.writer.partition)] = state.writer.next
         for name in list(state.feeds):
             self._remove_feed(state, name)
 
@@ -216,8 +223,7 @@ class Partitions:
             )
         except (KafkaException, TimeoutError) as e:
             log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
-            # A probe that saw the source broker restart may keep its partitions unknown (its metadata is only
-            # refreshed every few minutes): the next check is made by a new one.
+            # A probe that saw its source broker restart may keep the partition unknown for minutes: make a new one.
             probe = self.probes.pop(link.name, None)
             if probe is not None:
                 probe.close()
@@ -275,8 +281,7 @@ class Partitions:
         for unit in [u for u in self.units if u not in wanted]:
             producer.flush(30)
             self.drop(unit)
-        # A failed unit that left the plan (its link paused, as `replica resync` does, or its slot gone) is
-        # checked again, as any acquired unit is, when it comes back: a pause and resume restarts it.
+        # A failed unit that left the plan (a link paused, as resync does) is checked again when it comes back.
         for unit in [u for u in self.errored if u not in wanted]:
             del self.errored[unit]
         for unit, feeds in wanted.items():
