@@ -14,7 +14,7 @@ _streamrepl_subcommands() {
         'stream') echo 'assign create cursor delete edit info list replica topic upstream' ;;
         'stream assign') echo 'list' ;;
         'stream cursor') echo 'delete list' ;;
-        'stream replica') echo 'add autosetup edit failback list pause promote remove resume' ;;
+        'stream replica') echo 'add autosetup edit failback list pause promote remove resume resync' ;;
         'stream topic') echo 'create delete edit info list' ;;
         'stream upstream') echo 'add list remove' ;;
     esac
@@ -64,6 +64,7 @@ _streamrepl_options() {
         'stream replica promote') echo '-path --path -dryrun --dryrun -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica remove') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resume') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica resync') echo '-path --path -replica --replica -topic --topic -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic') echo '-h --help -help' ;;
         'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic delete') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -238,6 +239,12 @@ _streamrepl_value() {
         'stream replica resume|-path'|'stream replica resume|--path') echo 'value' ;;
         'stream replica resume|-replica'|'stream replica resume|--replica') echo 'value' ;;
         'stream replica resume|-clusters'|'stream replica resume|--clusters') echo 'file' ;;
+        'stream replica resync|-path'|'stream replica resync|--path') echo 'value' ;;
+        'stream replica resync|-replica'|'stream replica resync|--replica') echo 'value' ;;
+        'stream replica resync|-topic'|'stream replica resync|--topic') echo 'value' ;;
+        'stream replica resync|-dryrun'|'stream replica resync|--dryrun') echo 'choice:true false yes no' ;;
+        'stream replica resync|-master'|'stream replica resync|--master') echo 'value' ;;
+        'stream replica resync|-clusters'|'stream replica resync|--clusters') echo 'file' ;;
         'stream topic create|-path'|'stream topic create|--path') echo 'value' ;;
         'stream topic create|-topic'|'stream topic create|--topic') echo 'value' ;;
         'stream topic create|-partitions'|'stream topic create|--partitions') echo 'value' ;;

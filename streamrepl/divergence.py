@@ -71,13 +71,21 @@ class Divergence:
     replica_end: int
     why: str
 
-    def describe(self, source: str, diff_hint: str) -> str:
-        """`source`: e.g. "source /a/s:t partition 0"; `diff_hint`: the command that shows the difference."""
+    def describe(self, source: str, diff_hint: str, fix: str) -> str:
+        """`source`: e.g. "source /a/s:t partition 0"; `diff_hint`: the command that shows the difference; `fix`:
+        what brings the replica back."""
         return (
             f"{source} diverged at offset {self.offset}: {self.why} (source end {self.source_end}, replica end"
-            f" {self.replica_end}); the replica holds another history. Run '{diff_hint}' to see it, then re-create"
-            " the replica (or, once DR commands exist, resynchronize)"
+            f" {self.replica_end}); the replica holds another history. Run '{diff_hint}' to see it, then {fix}"
         )
+
+
+def resync_hint(src: str, dst: str, topic: str) -> str:
+    """What brings a diverged replica of a link back (`stream replica resync`)."""
+    return (
+        f"'streamrepl stream replica resync -path {src} -replica {dst} -topic {topic}' to set the replica's records"
+        " aside and copy the source again"
+    )
 
 
 def compare(

@@ -246,13 +246,15 @@ def _set_aside(
     ends: Ends,
     copy: Callable[..., Any],
     master: str | None,
+    command: str = "failback",
 ) -> None:
-    """Copy the old primary whole into `aside` and check it before anything is deleted."""
+    """Copy the old primary whole into `aside` and check it before anything is deleted; `command` is the one to run
+    again when it fails (failback, resync)."""
     result = copy(reg, str(old_r.path), aside, master=master)
     if not result.complete:
         raise StreamreplError(
             f"copying {old_r.path} aside into {aside} did not finish ({result.summary()}); nothing"
-            " was deleted: run failback again"
+            f" was deleted: run {command} again"
         )
     aside_r, aside_rec = streams.load(reg, aside)
     copied = _ends_by_topic(aside_r, aside_rec, ends)
@@ -263,13 +265,13 @@ def _set_aside(
         if still != [pp.old_end]:
             raise StreamreplError(
                 f"{old_r.path}:{pp.topic}[{pp.partition}] grew from {pp.old_end} to {still[0] if still else '?'}"
-                " during the copy: something still writes to it; stop its producers and run failback again"
+                f" during the copy: something still writes to it; stop its producers and run {command} again"
                 " (nothing was deleted)"
             )
         if have != [pp.old_end]:
             raise StreamreplError(
-                f"{aside}:{pp.topic}[{pp.partition}] ends at {have[0] if have else 'nothing'}, not at the old"
-                f" primary's {pp.old_end}; nothing was deleted: run failback again"
+                f"{aside}:{pp.topic}[{pp.partition}] ends at {have[0] if have else 'nothing'}, not where"
+                f" {old_r.path} ends ({pp.old_end}); nothing was deleted: run {command} again"
             )
 
 

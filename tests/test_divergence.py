@@ -151,7 +151,10 @@ def test_a_source_topic_recreated_under_its_replica_stops_its_partitions_and_not
         row = wait_until(lambda: in_error(env, src, 2), 120, "both partitions of t in error")
         error = row["lasterror"]
         assert f"source {src}:t partition " in error and " diverged at offset " in error, error
-        assert f"'streamrepl diffstreams -src {src} -dst {dst}'" in error and "re-create the replica" in error, error
+        assert (
+            f"'streamrepl diffstreams -src {src} -dst {dst}'" in error
+            and f"replica resync -path {src} -replica {dst} -topic t" in error
+        ), error
         assert row["isUptodate"] is False
         log = (env.logdir / f"{gw}.log").read_text()
         assert (

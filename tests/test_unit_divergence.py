@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streamrepl import policy
 from streamrepl.bulk.copystream import _foreign_end
-from streamrepl.divergence import check, compare, filler_tail, tail_of
+from streamrepl.divergence import check, compare, filler_tail, resync_hint, tail_of
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
 from streamrepl.replication.links import Link, Plan, Unit
@@ -155,9 +155,17 @@ def test_another_timestamp_key_or_value_at_the_replicas_last_offset_is_a_diverge
     for other in (Msg(9, b"x", ts=5), Msg(9, b"y")):
         div = compare(replica, 10, tail_of(other, "SRC"), 12, "SRC", "DST")
         assert div is not None and (div.offset, div.source_end, div.replica_end) == (9, 12, 10)
-        text = div.describe("source /sf/s:t partition 0", "streamrepl diffstreams -src /sf/s -dst /ny/r")
+        text = div.describe(
+            "source /sf/s:t partition 0",
+            "streamrepl diffstreams -src /sf/s -dst /ny/r",
+            resync_hint("/sf/s", "/ny/r", "t"),
+        )
         assert text.startswith("source /sf/s:t partition 0 diverged at offset 9: the source's record there is not")
         assert "(source end 12, replica end 10)" in text and "'streamrepl diffstreams -src /sf/s -dst /ny/r'" in text
+        assert text.endswith(
+            "then 'streamrepl stream replica resync -path /sf/s -replica /ny/r -topic t' to set the replica's"
+            " records aside and copy the source again"
+        )
 
 
 def test_a_source_that_ends_below_a_record_it_gave_has_lost_it() -> None:
@@ -211,11 +219,12 @@ class Rig:
         self.feed = LogConsumer({})
         self.probe = LogConsumer({SKT: source})
         self.probe.down = source_down
-        made: list[LogConsumer] = []
 
-        def new_source_consumer(cluster: Cluster) -> LogConsumer:
-            made.append(self.probe if not made else self.feed)  # the probe is made first, at acquire
-            return made[-1]
+        def new_source_consumer(cluster: Cluster, on_error: Any = None) -> LogConsumer:
+            if on_error is None:
+                return self.probe  # a probe hears no errors: its checks fail on their own
+            self.source_error = on_error
+            return self.feed
 
         self.reader = LogConsumer({DKT: replica})
         self.producer = Producer()
@@ -312,6 +321,29 @@ def test_a_running_partition_whose_source_now_ends_below_it_stops() -> None:
     rig.mover.move_once()
     (error,) = rig.failed
     assert "diverged at offset 3: the source now ends at offset 3" in error
+
+
+def test_a_running_partition_whose_source_cluster_was_lost_is_compared_again_before_it_goes_on() -> None:
+    """The source broker came back without the records it had not saved, and took new ones at their offsets: the
+    feed goes on from the replica's end into the new history, with no offset out of range to tell."""
+    rig = Rig(replicated(10), history(10))
+    new_history = history(6) + history(14, tag="new")[6:]
+    rig.probe.logs[SKT] = new_history
+    rig.source_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    rig.feed.queued = new_history[10:]
+    rig.mover.move_once()
+    assert rig.producer.written == [], "nothing of the new history written"
+    (error,) = rig.failed
+    assert "diverged at offset 9: the source's record there is not the one replicated" in error
+
+
+def test_a_source_cluster_lost_and_back_with_its_history_goes_on_where_it_was() -> None:
+    rig = Rig(replicated(10), history(10))
+    rig.probe.logs[SKT] = history(12)
+    rig.source_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    rig.source_error(KafkaError(KafkaError._TRANSPORT))  # one broker of several: nothing lost
+    rig.mover.move_once()
+    assert not rig.failed and rig.feed.assigned[-1] == (SKT, 0, 10)
 
 
 # -- copystream ---------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_a_gateway_applies_the_partitions_of_its_slots_with_the_tuning_it_was_gi
         TUNING,
         new_consumer=lambda *a, **kw: FakeConsumer(),
         new_producer=new_producer,
-        new_source_consumer=lambda cluster: FakeConsumer(),
+        new_source_consumer=lambda cluster, **_: FakeConsumer(),
     )
     assert producers == [
         {

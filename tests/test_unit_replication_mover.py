@@ -131,7 +131,7 @@ class Rig:
         self.partitions = Partitions(
             FakeConsumer(),
             self.stats,
-            lambda cluster: self.sources[cluster.name],
+            lambda cluster, **_: self.sources[cluster.name],
             lambda u, e: self.failed.append((u, e)),
         )
         self.mover = Mover(self.partitions, lambda: self.producer, throttle_rate)

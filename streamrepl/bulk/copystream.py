@@ -337,7 +337,9 @@ def _foreign_end(
     if div is not None:
         src_path, dst_path, topic = names
         return div.describe(
-            f"source {src_path}:{topic} partition {p}", f"streamrepl diffstreams -src {src_path} -dst {dst_path}"
+            f"source {src_path}:{topic} partition {p}",
+            f"streamrepl diffstreams -src {src_path} -dst {dst_path}",
+            "copy into a new stream (or delete the copy's topic and copy again)",
         )
     if est > end:
         return (

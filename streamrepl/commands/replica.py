@@ -247,3 +247,21 @@ def failback_cmd(path: str, replica: str, dryrun: bool, master: str | None) -> N
         app().registry, require(path, "path"), require(replica, "replica"), dryrun=dryrun, master=master, say=say
     )
     output(rows)
+
+
+@replica.command("resync", context_settings=CONTEXT_SETTINGS)
+@_link
+@opt("topic", metavar="TOPIC", help="Rebuild this topic (default: every topic with a diverged partition).")
+@opt("dryrun", type=BOOL, default=False, help="Only print the plan per partition (default false).")
+@opt("master", metavar="URL", help="Spark master for the copy set aside (default local[*]).")
+@handles_errors
+def resync_cmd(path: str, replica: str, topic: str | None, dryrun: bool, master: str | None) -> None:
+    """Rebuild a replica's diverged topics from the source: pause the link, set the replica's records aside into
+    <replica>.aside-<yyyymmddHHMM>, re-create the topics empty and resume (needs adminperm on the replica)."""
+    from .. import resync
+
+    say = _say_to_stderr("resync")
+    rows = resync.resync(
+        app().registry, require(path, "path"), replica, topic=topic, dryrun=dryrun, master=master, say=say
+    )
+    output(rows)

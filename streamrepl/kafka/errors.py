@@ -64,6 +64,11 @@ def is_transport(e: BaseException | KafkaError | None) -> bool:
     return error_code(e) in TRANSPORT
 
 
+def is_all_brokers_down(e: BaseException | KafkaError | None) -> bool:
+    """The client lost every broker of its cluster (a single-broker cluster that stopped, or a whole cluster)."""
+    return error_code(e) == KafkaError._ALL_BROKERS_DOWN
+
+
 def is_unknown_topic(e: BaseException | KafkaError | None) -> bool:
     return error_code(e) in UNKNOWN_TOPIC
 

@@ -70,9 +70,14 @@ class Mover:
             if link is None:
                 continue
             msgs = c.consume(BATCH, timeout=0)
+            # A source cluster lost meanwhile (heard during consume): its partitions are compared with the replica
+            # before anything more of it is written; this batch's records are fetched again if they still match.
+            self.partitions.recheck_lost_sources()
             if msgs:
                 busy += self.apply_batch(link, msgs)
         self.producer.poll(0)
+        if self.partitions.stale_producer:
+            self.restart_writes(f"a partition it wrote was re-created: {self.partitions.stale_producer}")
         self.check_writes()
         self.unthrottle()
         self.partitions.retry_unverified()
@@ -233,6 +238,8 @@ class Mover:
         )
         self.stats.write_restarts += 1
         self.partitions.drop_all()
+        self.partitions.left_at.clear()  # a new producer has no sequence to keep
+        self.partitions.stale_producer = ""
         old = self.producer
         try:
             old.purge(in_queue=True, in_flight=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import kafka
 from ..applier import OffsetPreservingWriter, ReplicaConflict, origin_of_tail, replica_tail
-from ..divergence import Divergence, Tail, check, compare, tail_of
+from ..divergence import Divergence, Tail, check, compare, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
@@ -35,9 +35,12 @@ CHECK_TIMEOUT = 2.0
 RETRY_SECONDS = 5.0
 
 
-def source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues."""
+def source_consumer(cluster: Cluster, on_error: Callable[[Any], None] | None = None) -> Consumer:
+    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues; `on_error` hears
+    the client's global errors (a cluster whose brokers are all down)."""
     extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
+    if on_error is not None:
+        extra["error_cb"] = on_error
     return kafka.consumer(cluster, **extra)
 
 
@@ -76,7 +79,7 @@ class Partitions:
         self,
         reader: Consumer,
         stats: GatewayStats,
-        new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
+        new_source_consumer: Callable[..., Consumer] = source_consumer,
         on_fail: Callable[[Unit, str], None] = _no_report,
     ):
         self.reader = reader
@@ -92,14 +95,35 @@ class Partitions:
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
+        #: links whose source cluster had all its brokers down since their partitions were last compared
+        self.sources_lost: set[str] = set()
+        #: (replica topic, partition) -> where this gateway's producer left it, for the partitions it let go
+        self.left_at: dict[tuple[str, int], int] = {}
+        #: why the producer must be replaced before a partition is taken up again ("" when it need not be)
+        self.stale_producer = ""
         self.on_fail = on_fail
 
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:
-            c = self._new_source_consumer(link.src_cluster)
+            c = self._new_source_consumer(link.src_cluster, on_error=lambda err: self._source_error(link.name, err))
             self.sources[link.name] = c
         return c
+
+    def _source_error(self, name: str, err: Any) -> None:
+        if kafka.is_all_brokers_down(err):
+            self.sources_lost.add(name)
+
+    def recheck_lost_sources(self) -> None:
+        """A source cluster back from all brokers down may have lost acknowledged records and taken new ones at
+        their offsets (no offset out of range tells): its partitions are compared again, as on acquire."""
+        while self.sources_lost:
+            name = self.sources_lost.pop()
+            for state in self.units.values():
+                if name in state.feeds:
+                    link, tp = state.feeds[name]
+                    self._remove_feed(state, name)
+                    state.unverified[name] = (link, tp.topic)
 
     def _probe(self, link: Link) -> Consumer:
         c = self.probes.get(link.name)
@@ -112,6 +136,10 @@ class Partitions:
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
         end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
+        if end < self.left_at.get((dst_kt, unit.partition), 0):
+            # Re-created meanwhile (`replica resync`): the producer's sequence would be fatally refused; replace it.
+            self.stale_producer = f"{unit.key} ends at {end}, below offset {self.left_at[(dst_kt, unit.partition)]}"
+            return
         writer = OffsetPreservingWriter(
             producer,
             dst_kt,
@@ -149,7 +177,9 @@ class Partitions:
         return True
 
     def retry_unverified(self) -> None:
-        """Called from the loop: the feeds whose source did not answer when their partition was acquired."""
+        """Called from the loop: the feeds whose source did not answer when their partition was acquired, or
+        whose source cluster was lost meanwhile (recheck_lost_sources)."""
+        self.recheck_lost_sources()
         for unit, state in list(self.units.items()):
             if state.unverified and unit not in self.errored:
                 self.verify_feeds(state)
@@ -174,6 +204,7 @@ class Partitions:
         state = self.units.pop(unit, None)
         if state is None:
             return
+        self.left_at[(state.writer.topic, state.writer.partition)] = state.writer.next
         for name in list(state.feeds):
             self._remove_feed(state, name)
 
@@ -192,6 +223,10 @@ class Partitions:
             )
         except (KafkaException, TimeoutError) as e:
             log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
+            # A probe that saw its source broker restart may keep the partition unknown for minutes: make a new one.
+            probe = self.probes.pop(link.name, None)
+            if probe is not None:
+                probe.close()
             return "down" if isinstance(e, TimeoutError) or kafka.is_transport(e) else "unread"
         if div is None:
             return True
@@ -228,7 +263,8 @@ class Partitions:
     def diverged(self, unit: Unit, link: Link, div: Divergence) -> None:
         self.stats.divergences += 1
         source = f"source {link.src}:{unit.topic} partition {unit.partition}"
-        self.fail(unit, div.describe(source, f"streamrepl diffstreams -src {link.src} -dst {link.dst}"))
+        hint = f"streamrepl diffstreams -src {link.src} -dst {link.dst}"
+        self.fail(unit, div.describe(source, hint, resync_hint(str(link.src), str(link.dst), unit.topic)))
 
     def fail(self, unit: Unit, error: str) -> None:
         log.error("%s", error)
@@ -245,6 +281,9 @@ class Partitions:
         for unit in [u for u in self.units if u not in wanted]:
             producer.flush(30)
             self.drop(unit)
+        # A failed unit that left the plan (a link paused, as resync does) is checked again when it comes back.
+        for unit in [u for u in self.errored if u not in wanted]:
+            del self.errored[unit]
         for unit, feeds in wanted.items():
             if unit in self.errored:
                 continue
