@@ -1,4 +1,4 @@
-"""Benchmark: gateway replication against a plain producer (ceiling) and a hand-written relay loop.
+"""Benchmark: gateway replication against a plain producer (ceiling), a C relay and a hand-written relay loop.
 
 Run:  .venv/bin/python bench/run.py [--records N] [--json out.json]
 
@@ -34,6 +34,7 @@ PARTITIONS = 4
 VALUE = b"v" * 100  # the latency and failover runs' value; throughput runs take --sizes
 PY = sys.executable
 BIN = str(Path(PY).with_name("streamrepl"))
+C_RELAY = Path(__file__).with_name(".build") / "relay"  # bench/relay.c, compiled by bench/setup
 
 
 def log(msg: str) -> None:
@@ -146,6 +147,23 @@ def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> 
     p.flush(120)
     dt = time.perf_counter() - t0
     c.close()
+    return dt
+
+
+def c_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float | str:
+    """bench/relay.c: librdkafka consume -> produce in C, one origin header added per record. Seconds from its
+    start (process start-up included) until all n are acknowledged, or why it could not run."""
+    if not C_RELAY.exists():
+        return "no C relay (run bench/setup)"
+    origin = "00000000-0000-4000-8000-00000000c0de"  # as long as a stream's uuid, like the gateway's header
+    t0 = time.perf_counter()
+    r = subprocess.run(
+        [str(C_RELAY), src, dst, src_topic, dst_topic, str(PARTITIONS), str(n), origin], capture_output=True, text=True
+    )
+    dt = time.perf_counter() - t0
+    if r.returncode:
+        why = r.stderr.strip().splitlines()
+        return f"C relay failed: {why[-1] if why else r.returncode}"
     return dt
 
 
@@ -576,7 +594,9 @@ def main() -> int:
     ap.add_argument(
         "--skip", default="", help="steps to leave out, comma-separated: kcat, latency, failover, produce, cli"
     )
+    ap.add_argument("--gateways", default="1,2", help="gateway processes of each throughput run (comma-separated)")
     a = ap.parse_args()
+    gateway_counts = [int(x) for x in a.gateways.split(",") if x]
     skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
     res: dict = {"records": n, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
@@ -608,6 +628,18 @@ def main() -> int:
                 "MB_s": round(n * rec_bytes / dt / 1e6, 1),
                 "delivered": count(dst_cluster, f"bench.hw{size}"),
             }
+            log(f"{size} B: C relay")
+            create_topic(db, f"bench.c{size}")
+            dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{size}", n)
+            row["c_relay"] = (
+                {"error": dt}
+                if isinstance(dt, str)
+                else {
+                    "records_s": round(n / dt),
+                    "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+                    "delivered": count(dst_cluster, f"bench.c{size}"),
+                }
+            )
             log(f"{size} B: kcat | kcat")
             create_topic(db, f"bench.kcat{size}")
             dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{size}", n)
@@ -620,13 +652,22 @@ def main() -> int:
                     "delivered": count(dst_cluster, f"bench.kcat{size}"),
                 }
             )
-            for g in (1, 2):
+            for g in gateway_counts:
                 log(f"{size} B: {g} gateway process(es)")
                 row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout)
             ce = row["ceiling"]["records_s"]
-            for k in ("hand_written", "kcat", "gateway1", "gateway2"):
-                if "records_s" in row[k]:
+            for k in ("c_relay", "hand_written", "kcat", "gateway1", "gateway2"):
+                if "records_s" in row.get(k, {}):
                     row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
+            # The yardstick: the fastest relay of this run (the C relay, or the loop where the brokers bind both).
+            relays = {k: row[k]["records_s"] for k in ("c_relay", "hand_written") if "records_s" in row[k]}
+            best = max(relays, key=relays.__getitem__)
+            row["fastest_relay"] = best
+            for g in [f"gateway{g}" for g in gateway_counts]:
+                r = row[g]
+                for k, v in relays.items():
+                    r[f"ratio_to_{k}"] = round(r["records_s"] / v, 3)
+                r["ratio_to_fastest_relay"] = round(r["records_s"] / relays[best], 3)
             res["throughput"].append(row)
 
         if "latency" not in skip:
@@ -661,20 +702,29 @@ def report(res: dict) -> None:
             ("ceiling (plain producer)", f"{row['ceiling']['records_s']:,}", f"{row['ceiling']['MB_s']}", "1.00", "")
         ]
         for key, label in (
+            ("c_relay", "C relay (librdkafka)"),
             ("hand_written", "hand-written relay loop"),
             ("kcat", "kcat | kcat"),
             ("gateway1", "gateway, 1 process"),
             ("gateway2", "gateway, 2 processes"),
         ):
+            if key not in row:
+                continue
             r = row[key]
             if "error" in r:
                 rows.append((label, "-", "-", "-", r["error"]))
                 continue
             note = f"{r['delivered']:,}/{res['records']:,} delivered"
+            if key == row.get("fastest_relay"):
+                note = f"the fastest relay (yardstick); {note}"
             if key.startswith("gateway"):
-                hw = row["hand_written"]["records_s"]
+                vs = "; ".join(
+                    f"{r[f'ratio_to_{k}']:.2f}x {what}"
+                    for k, what in (("c_relay", "C relay"), ("hand_written", "hand-written"))
+                    if f"ratio_to_{k}" in r
+                )
                 note = (
-                    f"{r['records_s'] / hw:.2f}x hand-written; steady {r['steady_records_s'] or 0:,}/s after the first"
+                    f"{r['ratio_to_fastest_relay']:.2f}x fastest relay ({vs}); steady {r['steady_records_s'] or 0:,}/s after the first"
                     f" record; {note}; peak RSS {r['peak_rss_MB']} MB"
                 )
             rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", note))
