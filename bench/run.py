@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -103,6 +104,26 @@ def count(bootstrap_cluster: object, topic: str, c: Consumer | None = None) -> i
             c.close()
 
 
+def landed(cluster: object, topic: str, n: int, c: Consumer) -> int:
+    """Records in the replica, cheaply enough to ask every 50 ms while a gateway writes: the watermarks (on
+    Tansu the base offset of each partition's last batch + 1, an under-count by less than a batch), and the true
+    ends (which read each partition's last batch: up to 1 MB a partition) only once the watermarks are within
+    the largest batches of n. Reading true ends every 50 ms all the way took the destination broker more CPU
+    per record than the gateway's own writes, in the gateway rows only."""
+    from streamrepl import kafka
+
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        if md.error is not None or not md.partitions:
+            return 0  # the replica's topic is created by the gateway when it starts applying
+        tps = [TopicPartition(topic, p) for p in sorted(md.partitions)]
+        highs = sum(kafka.watermarks(c, tp)[1] for tp in tps)
+    except KafkaException as e:
+        log(f"counting {topic}: {e}")
+        return 0
+    return count(cluster, topic, c) if highs >= n - 10_000 * len(tps) else highs
+
+
 def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float:
     """What a user writes without this tool: consume a batch, produce each record, flush at the end."""
     c = Consumer(
@@ -165,6 +186,39 @@ def c_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float
         why = r.stderr.strip().splitlines()
         return f"C relay failed: {why[-1] if why else r.returncode}"
     return dt
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU used by the relay under test and by the two brokers while it runs: on a shared machine the CPU spent
+    per record is steadier than records/s, and it says where a relay's cost goes (its own work or the brokers')."""
+
+    def __init__(self, broker_pids: list[int]):
+        self.broker_pids = broker_pids
+
+    def start(self, relay_pids: list[int] | None = None) -> None:
+        self.relay_pids = relay_pids
+        self._relay0 = self._relay()
+        self._brokers0 = sum(cpu_seconds(p) for p in self.broker_pids)
+
+    def _relay(self) -> float:
+        if self.relay_pids is None:  # this process (the hand-written loop) and its finished children (the C relay)
+            own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        return sum(cpu_seconds(p) for p in self.relay_pids)
+
+    def stop(self, records: int) -> dict:
+        relay = self._relay() - self._relay0
+        brokers = sum(cpu_seconds(p) for p in self.broker_pids) - self._brokers0
+        return {"relay_cpu_us": round(relay / records * 1e6, 2), "brokers_cpu_us": round(brokers / records * 1e6, 2)}
 
 
 def rss_peak(pid: int) -> float | None:
@@ -331,7 +385,7 @@ def new_link(name: str, topics: list[str], paused: bool, *extra: str) -> tuple[s
 
 
 def gateway_throughput(
-    sb: str, dst_cluster: object, logdir: Path, n: int, value: bytes, gateways: int, timeout: float
+    sb: str, dst_cluster: object, logdir: Path, n: int, value: bytes, gateways: int, timeout: float, cpu: CpuMeter
 ) -> dict:
     """n records preloaded on the source; `gateways` gateway processes; timed from `replica resume` until the
     replica holds all n, and from its first record to its last (the steady rate, start-up excluded)."""
@@ -356,18 +410,20 @@ def gateway_throughput(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+        cpu.start([g.pid for g in gws])
         cli("stream", "replica", "resume", "-path", src, "-replica", dst)
         t0 = time.perf_counter()
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
         got, first = 0, None
         while time.perf_counter() - t0 < timeout:
-            got = count(dst_cluster, f"sr.{name}.t", c)
+            got = landed(dst_cluster, f"sr.{name}.t", n, c)
             if got and first is None:
                 first = (time.perf_counter(), got)
             if got >= n:
                 break
             time.sleep(0.05)
         end = time.perf_counter()
+        used = cpu.stop(max(got, 1))
         c.close()
         rss = [rss_peak(g.pid) for g in gws]
         if profiler is not None:
@@ -387,6 +443,7 @@ def gateway_throughput(
         "steady_records_s": round(steady) if steady else None,
         "MB_s": round(got * (len(value) + 13) / dt / 1e6, 1),
         "peak_rss_MB": max((r for r in rss if r), default=None),
+        **used,
     }
 
 
@@ -610,6 +667,7 @@ def main() -> int:
         reg = registry.load()
         src_cluster, dst_cluster = reg.get(SRC), reg.get(DST)
         sb, db = ec.brokers[SRC].bootstrap, ec.brokers[DST].bootstrap
+        cpu = CpuMeter([ec.brokers[SRC].pid, ec.brokers[DST].pid])
         for size in [int(x) for x in a.sizes.split(",") if x]:
             value = b"v" * size
             row: dict = {"value_bytes": size}
@@ -622,19 +680,25 @@ def main() -> int:
             fill(sb, f"bench.src{size}", n, value)
             log(f"{size} B: hand-written consume-then-produce loop")
             create_topic(db, f"bench.hw{size}")
+            cpu.start()
             dt = hand_written(sb, db, f"bench.src{size}", f"bench.hw{size}", n)
+            used = cpu.stop(n)
             row["hand_written"] = {
+                **used,
                 "records_s": round(n / dt),
                 "MB_s": round(n * rec_bytes / dt / 1e6, 1),
                 "delivered": count(dst_cluster, f"bench.hw{size}"),
             }
             log(f"{size} B: C relay")
             create_topic(db, f"bench.c{size}")
+            cpu.start()
             dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{size}", n)
+            used = cpu.stop(n)
             row["c_relay"] = (
                 {"error": dt}
                 if isinstance(dt, str)
                 else {
+                    **used,
                     "records_s": round(n / dt),
                     "MB_s": round(n * rec_bytes / dt / 1e6, 1),
                     "delivered": count(dst_cluster, f"bench.c{size}"),
@@ -654,7 +718,7 @@ def main() -> int:
             )
             for g in gateway_counts:
                 log(f"{size} B: {g} gateway process(es)")
-                row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout)
+                row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu)
             ce = row["ceiling"]["records_s"]
             for k in ("c_relay", "hand_written", "kcat", "gateway1", "gateway2"):
                 if "records_s" in row.get(k, {}):
@@ -695,11 +759,18 @@ def main() -> int:
 
 
 def report(res: dict) -> None:
-    head = ("what", "records/s", "MB/s", "x ceiling", "note")
+    head = ("what", "records/s", "MB/s", "x ceiling", "CPU us/rec: relay+brokers", "note")
     out = []
     for row in res["throughput"]:
         rows = [
-            ("ceiling (plain producer)", f"{row['ceiling']['records_s']:,}", f"{row['ceiling']['MB_s']}", "1.00", "")
+            (
+                "ceiling (plain producer)",
+                f"{row['ceiling']['records_s']:,}",
+                f"{row['ceiling']['MB_s']}",
+                "1.00",
+                "",
+                "",
+            )
         ]
         for key, label in (
             ("c_relay", "C relay (librdkafka)"),
@@ -712,7 +783,7 @@ def report(res: dict) -> None:
                 continue
             r = row[key]
             if "error" in r:
-                rows.append((label, "-", "-", "-", r["error"]))
+                rows.append((label, "-", "-", "-", "-", r["error"]))
                 continue
             note = f"{r['delivered']:,}/{res['records']:,} delivered"
             if key == row.get("fastest_relay"):
@@ -727,11 +798,12 @@ def report(res: dict) -> None:
                     f"{r['ratio_to_fastest_relay']:.2f}x fastest relay ({vs}); steady {r['steady_records_s'] or 0:,}/s after the first"
                     f" record; {note}; peak RSS {r['peak_rss_MB']} MB"
                 )
-            rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", note))
-        w = [max(len(x[i]) for x in [*rows, head]) for i in range(5)]
+            used = f"{r['relay_cpu_us']}+{r['brokers_cpu_us']}" if "relay_cpu_us" in r else ""
+            rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", used, note))
+        w = [max(len(x[i]) for x in [*rows, head]) for i in range(6)]
         out.append(f"records={res['records']:,} value={row['value_bytes']}B partitions={res['partitions']}")
         for r in [head, *rows]:
-            out.append("  ".join(x.ljust(w[i]) if i in (0, 4) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
+            out.append("  ".join(x.ljust(w[i]) if i in (0, 5) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
         out.append("")
     for key, label in (
         ("floor", "latency floor (produce -> consume, one broker)"),
