@@ -215,9 +215,13 @@ class CpuMeter:
             return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
         return sum(cpu_seconds(p) for p in self.relay_pids)
 
-    def stop(self, records: int) -> dict:
+    def used(self) -> tuple[float, float]:
+        """CPU seconds of the relay and of the brokers since start()."""
         relay = self._relay() - self._relay0
-        brokers = sum(cpu_seconds(p) for p in self.broker_pids) - self._brokers0
+        return relay, sum(cpu_seconds(p) for p in self.broker_pids) - self._brokers0
+
+    def stop(self, records: int) -> dict:
+        relay, brokers = self.used()
         return {"relay_cpu_us": round(relay / records * 1e6, 2), "brokers_cpu_us": round(brokers / records * 1e6, 2)}
 
 
@@ -399,7 +403,13 @@ def gateway_throughput(
     gws = [start_gateway(logdir, n) for n in names]
     try:
         slots_settled(logdir, names)
-        time.sleep(2)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        time.sleep(1)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        # What the gateways and the brokers use while nothing flows (the link paused): a cost per second, which the
+        # run pays for as long as it lasts, beside the cost per record.
+        cpu.start([g.pid for g in gws])
+        idle_t0 = time.perf_counter()
+        time.sleep(2)
+        idle = [x / (time.perf_counter() - idle_t0) for x in cpu.used()]
         profiler = None
         spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
         if os.environ.get("BENCH_PROFILE") and spy:
@@ -444,6 +454,8 @@ def gateway_throughput(
         "MB_s": round(got * (len(value) + 13) / dt / 1e6, 1),
         "peak_rss_MB": max((r for r in rss if r), default=None),
         **used,
+        "idle_relay_cpu_pct": round(idle[0] * 100, 1),
+        "idle_brokers_cpu_pct": round(idle[1] * 100, 1),
     }
 
 
@@ -796,7 +808,8 @@ def report(res: dict) -> None:
                 )
                 note = (
                     f"{r['ratio_to_fastest_relay']:.2f}x fastest relay ({vs}); steady {r['steady_records_s'] or 0:,}/s after the first"
-                    f" record; {note}; peak RSS {r['peak_rss_MB']} MB"
+                    f" record; {note}; peak RSS {r['peak_rss_MB']} MB; idle (link paused) CPU: gateway"
+                    f" {r.get('idle_relay_cpu_pct')} %, brokers {r.get('idle_brokers_cpu_pct')} % of a core"
                 )
             used = f"{r['relay_cpu_us']}+{r['brokers_cpu_us']}" if "relay_cpu_us" in r else ""
             rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", used, note))
