@@ -1,4 +1,4 @@
-"""Benchmark: gateway replication against a plain producer (ceiling) and a hand-written relay loop.
+"""Benchmark: gateway replication against a plain producer (ceiling), a C relay and a hand-written relay loop.
 
 Run:  .venv/bin/python bench/run.py [--records N] [--json out.json]
 
@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -34,6 +35,7 @@ PARTITIONS = 4
 VALUE = b"v" * 100  # the latency and failover runs' value; throughput runs take --sizes
 PY = sys.executable
 BIN = str(Path(PY).with_name("streamrepl"))
+C_RELAY = Path(__file__).with_name(".build") / "relay"  # bench/relay.c, compiled by bench/setup
 
 
 def log(msg: str) -> None:
@@ -102,6 +104,26 @@ def count(bootstrap_cluster: object, topic: str, c: Consumer | None = None) -> i
             c.close()
 
 
+def landed(cluster: object, topic: str, n: int, c: Consumer) -> int:
+    """Records in the replica, cheaply enough to ask every 50 ms while a gateway writes: the watermarks (on
+    Tansu the base offset of each partition's last batch + 1, an under-count by less than a batch), and the true
+    ends (which read each partition's last batch: up to 1 MB a partition) only once the watermarks are within
+    the largest batches of n. Reading true ends every 50 ms all the way took the destination broker more CPU
+    per record than the gateway's own writes, in the gateway rows only."""
+    from streamrepl import kafka
+
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        if md.error is not None or not md.partitions:
+            return 0  # the replica's topic is created by the gateway when it starts applying
+        tps = [TopicPartition(topic, p) for p in sorted(md.partitions)]
+        highs = sum(kafka.watermarks(c, tp)[1] for tp in tps)
+    except KafkaException as e:
+        log(f"counting {topic}: {e}")
+        return 0
+    return count(cluster, topic, c) if highs >= n - 10_000 * len(tps) else highs
+
+
 def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float:
     """What a user writes without this tool: consume a batch, produce each record, flush at the end."""
     c = Consumer(
@@ -147,6 +169,60 @@ def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> 
     dt = time.perf_counter() - t0
     c.close()
     return dt
+
+
+def c_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float | str:
+    """bench/relay.c: librdkafka consume -> produce in C, one origin header added per record. Seconds from its
+    start (process start-up included) until all n are acknowledged, or why it could not run."""
+    if not C_RELAY.exists():
+        return "no C relay (run bench/setup)"
+    origin = "00000000-0000-4000-8000-00000000c0de"  # as long as a stream's uuid, like the gateway's header
+    t0 = time.perf_counter()
+    r = subprocess.run(
+        [str(C_RELAY), src, dst, src_topic, dst_topic, str(PARTITIONS), str(n), origin], capture_output=True, text=True
+    )
+    dt = time.perf_counter() - t0
+    if r.returncode:
+        why = r.stderr.strip().splitlines()
+        return f"C relay failed: {why[-1] if why else r.returncode}"
+    return dt
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU used by the relay under test and by the two brokers while it runs: on a shared machine the CPU spent
+    per record is steadier than records/s, and it says where a relay's cost goes (its own work or the brokers')."""
+
+    def __init__(self, broker_pids: list[int]):
+        self.broker_pids = broker_pids
+
+    def start(self, relay_pids: list[int] | None = None) -> None:
+        self.relay_pids = relay_pids
+        self._relay0 = self._relay()
+        self._brokers0 = sum(cpu_seconds(p) for p in self.broker_pids)
+
+    def _relay(self) -> float:
+        if self.relay_pids is None:  # this process (the hand-written loop) and its finished children (the C relay)
+            own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        return sum(cpu_seconds(p) for p in self.relay_pids)
+
+    def used(self) -> tuple[float, float]:
+        """CPU seconds of the relay and of the brokers since start()."""
+        relay = self._relay() - self._relay0
+        return relay, sum(cpu_seconds(p) for p in self.broker_pids) - self._brokers0
+
+    def stop(self, records: int) -> dict:
+        relay, brokers = self.used()
+        return {"relay_cpu_us": round(relay / records * 1e6, 2), "brokers_cpu_us": round(brokers / records * 1e6, 2)}
 
 
 def rss_peak(pid: int) -> float | None:
@@ -313,7 +389,7 @@ def new_link(name: str, topics: list[str], paused: bool, *extra: str) -> tuple[s
 
 
 def gateway_throughput(
-    sb: str, dst_cluster: object, logdir: Path, n: int, value: bytes, gateways: int, timeout: float
+    sb: str, dst_cluster: object, logdir: Path, n: int, value: bytes, gateways: int, timeout: float, cpu: CpuMeter
 ) -> dict:
     """n records preloaded on the source; `gateways` gateway processes; timed from `replica resume` until the
     replica holds all n, and from its first record to its last (the steady rate, start-up excluded)."""
@@ -327,7 +403,13 @@ def gateway_throughput(
     gws = [start_gateway(logdir, n) for n in names]
     try:
         slots_settled(logdir, names)
-        time.sleep(2)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        time.sleep(1)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        # What the gateways and the brokers use while nothing flows (the link paused): a cost per second, which the
+        # run pays for as long as it lasts, beside the cost per record.
+        cpu.start([g.pid for g in gws])
+        idle_t0 = time.perf_counter()
+        time.sleep(2)
+        idle = [x / (time.perf_counter() - idle_t0) for x in cpu.used()]
         profiler = None
         spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
         if os.environ.get("BENCH_PROFILE") and spy:
@@ -338,18 +420,20 @@ def gateway_throughput(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+        cpu.start([g.pid for g in gws])
         cli("stream", "replica", "resume", "-path", src, "-replica", dst)
         t0 = time.perf_counter()
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
         got, first = 0, None
         while time.perf_counter() - t0 < timeout:
-            got = count(dst_cluster, f"sr.{name}.t", c)
+            got = landed(dst_cluster, f"sr.{name}.t", n, c)
             if got and first is None:
                 first = (time.perf_counter(), got)
             if got >= n:
                 break
             time.sleep(0.05)
         end = time.perf_counter()
+        used = cpu.stop(max(got, 1))
         c.close()
         rss = [rss_peak(g.pid) for g in gws]
         if profiler is not None:
@@ -369,6 +453,9 @@ def gateway_throughput(
         "steady_records_s": round(steady) if steady else None,
         "MB_s": round(got * (len(value) + 13) / dt / 1e6, 1),
         "peak_rss_MB": max((r for r in rss if r), default=None),
+        **used,
+        "idle_relay_cpu_pct": round(idle[0] * 100, 1),
+        "idle_brokers_cpu_pct": round(idle[1] * 100, 1),
     }
 
 
@@ -576,7 +663,9 @@ def main() -> int:
     ap.add_argument(
         "--skip", default="", help="steps to leave out, comma-separated: kcat, latency, failover, produce, cli"
     )
+    ap.add_argument("--gateways", default="1,2", help="gateway processes of each throughput run (comma-separated)")
     a = ap.parse_args()
+    gateway_counts = [int(x) for x in a.gateways.split(",") if x]
     skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
     res: dict = {"records": n, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
@@ -590,6 +679,7 @@ def main() -> int:
         reg = registry.load()
         src_cluster, dst_cluster = reg.get(SRC), reg.get(DST)
         sb, db = ec.brokers[SRC].bootstrap, ec.brokers[DST].bootstrap
+        cpu = CpuMeter([ec.brokers[SRC].pid, ec.brokers[DST].pid])
         for size in [int(x) for x in a.sizes.split(",") if x]:
             value = b"v" * size
             row: dict = {"value_bytes": size}
@@ -602,12 +692,30 @@ def main() -> int:
             fill(sb, f"bench.src{size}", n, value)
             log(f"{size} B: hand-written consume-then-produce loop")
             create_topic(db, f"bench.hw{size}")
+            cpu.start()
             dt = hand_written(sb, db, f"bench.src{size}", f"bench.hw{size}", n)
+            used = cpu.stop(n)
             row["hand_written"] = {
+                **used,
                 "records_s": round(n / dt),
                 "MB_s": round(n * rec_bytes / dt / 1e6, 1),
                 "delivered": count(dst_cluster, f"bench.hw{size}"),
             }
+            log(f"{size} B: C relay")
+            create_topic(db, f"bench.c{size}")
+            cpu.start()
+            dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{size}", n)
+            used = cpu.stop(n)
+            row["c_relay"] = (
+                {"error": dt}
+                if isinstance(dt, str)
+                else {
+                    **used,
+                    "records_s": round(n / dt),
+                    "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+                    "delivered": count(dst_cluster, f"bench.c{size}"),
+                }
+            )
             log(f"{size} B: kcat | kcat")
             create_topic(db, f"bench.kcat{size}")
             dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{size}", n)
@@ -620,13 +728,22 @@ def main() -> int:
                     "delivered": count(dst_cluster, f"bench.kcat{size}"),
                 }
             )
-            for g in (1, 2):
+            for g in gateway_counts:
                 log(f"{size} B: {g} gateway process(es)")
-                row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout)
+                row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu)
             ce = row["ceiling"]["records_s"]
-            for k in ("hand_written", "kcat", "gateway1", "gateway2"):
-                if "records_s" in row[k]:
+            for k in ("c_relay", "hand_written", "kcat", "gateway1", "gateway2"):
+                if "records_s" in row.get(k, {}):
                     row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
+            # The yardstick: the fastest relay of this run (the C relay, or the loop where the brokers bind both).
+            relays = {k: row[k]["records_s"] for k in ("c_relay", "hand_written") if "records_s" in row[k]}
+            best = max(relays, key=relays.__getitem__)
+            row["fastest_relay"] = best
+            for g in [f"gateway{g}" for g in gateway_counts]:
+                r = row[g]
+                for k, v in relays.items():
+                    r[f"ratio_to_{k}"] = round(r["records_s"] / v, 3)
+                r["ratio_to_fastest_relay"] = round(r["records_s"] / relays[best], 3)
             res["throughput"].append(row)
 
         if "latency" not in skip:
@@ -654,34 +771,52 @@ def main() -> int:
 
 
 def report(res: dict) -> None:
-    head = ("what", "records/s", "MB/s", "x ceiling", "note")
+    head = ("what", "records/s", "MB/s", "x ceiling", "CPU us/rec: relay+brokers", "note")
     out = []
     for row in res["throughput"]:
         rows = [
-            ("ceiling (plain producer)", f"{row['ceiling']['records_s']:,}", f"{row['ceiling']['MB_s']}", "1.00", "")
+            (
+                "ceiling (plain producer)",
+                f"{row['ceiling']['records_s']:,}",
+                f"{row['ceiling']['MB_s']}",
+                "1.00",
+                "",
+                "",
+            )
         ]
         for key, label in (
+            ("c_relay", "C relay (librdkafka)"),
             ("hand_written", "hand-written relay loop"),
             ("kcat", "kcat | kcat"),
             ("gateway1", "gateway, 1 process"),
             ("gateway2", "gateway, 2 processes"),
         ):
+            if key not in row:
+                continue
             r = row[key]
             if "error" in r:
-                rows.append((label, "-", "-", "-", r["error"]))
+                rows.append((label, "-", "-", "-", "-", r["error"]))
                 continue
             note = f"{r['delivered']:,}/{res['records']:,} delivered"
+            if key == row.get("fastest_relay"):
+                note = f"the fastest relay (yardstick); {note}"
             if key.startswith("gateway"):
-                hw = row["hand_written"]["records_s"]
-                note = (
-                    f"{r['records_s'] / hw:.2f}x hand-written; steady {r['steady_records_s'] or 0:,}/s after the first"
-                    f" record; {note}; peak RSS {r['peak_rss_MB']} MB"
+                vs = "; ".join(
+                    f"{r[f'ratio_to_{k}']:.2f}x {what}"
+                    for k, what in (("c_relay", "C relay"), ("hand_written", "hand-written"))
+                    if f"ratio_to_{k}" in r
                 )
-            rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", note))
-        w = [max(len(x[i]) for x in [*rows, head]) for i in range(5)]
+                note = (
+                    f"{r['ratio_to_fastest_relay']:.2f}x fastest relay ({vs}); steady {r['steady_records_s'] or 0:,}/s after the first"
+                    f" record; {note}; peak RSS {r['peak_rss_MB']} MB; idle (link paused) CPU: gateway"
+                    f" {r.get('idle_relay_cpu_pct')} %, brokers {r.get('idle_brokers_cpu_pct')} % of a core"
+                )
+            used = f"{r['relay_cpu_us']}+{r['brokers_cpu_us']}" if "relay_cpu_us" in r else ""
+            rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", used, note))
+        w = [max(len(x[i]) for x in [*rows, head]) for i in range(6)]
         out.append(f"records={res['records']:,} value={row['value_bytes']}B partitions={res['partitions']}")
         for r in [head, *rows]:
-            out.append("  ".join(x.ljust(w[i]) if i in (0, 4) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
+            out.append("  ".join(x.ljust(w[i]) if i in (0, 5) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
         out.append("")
     for key, label in (
         ("floor", "latency floor (produce -> consume, one broker)"),

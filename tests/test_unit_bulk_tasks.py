@@ -116,9 +116,11 @@ class FakeProducer:
         key: bytes | None = None,
         partition: int = 0,
         on_delivery: Any = None,
+        callback: Any = None,  # confluent-kafka's positional order: the writer passes its arguments positionally
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:
+        on_delivery = on_delivery or callback
         log = self.clusters.log(self.cluster, topic, partition)
         log.append(Rec(key, value, list(headers) if headers else None, timestamp))
         if on_delivery is not None:

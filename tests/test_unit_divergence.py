@@ -126,8 +126,22 @@ class Producer:
     def __init__(self) -> None:
         self.written: list[Any] = []
 
-    def produce(self, topic: str, **kw: Any) -> None:
-        self.written.append(kw)
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        callback: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        # confluent-kafka's positional order: the writer passes its arguments positionally (a cost per record)
+        kw = {"value": value, "key": key, "partition": partition, "timestamp": timestamp, "headers": headers}
+        if on_delivery or callback:
+            kw["on_delivery"] = on_delivery or callback
+        self.written.append({k: v for k, v in kw.items() if v is not None})
 
     def poll(self, timeout: float = 0) -> int:
         return 0

@@ -58,11 +58,22 @@ class FakeProducer:
         self.log: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self._deliveries: list[tuple[Callable[..., None], Msg]] = []
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = 0, **kw: Any) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        callback: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        # confluent-kafka's positional order: the writer passes its arguments positionally (a cost per record)
         records = self.log.setdefault((topic, partition), [])
-        records.append({"key": key, "headers": kw.get("headers")})
-        if kw.get("on_delivery"):
-            self._deliveries.append((kw["on_delivery"], Msg(topic, partition, len(records) - 1, key)))
+        records.append({"key": key, "headers": headers})
+        if on_delivery or callback:
+            self._deliveries.append((on_delivery or callback, Msg(topic, partition, len(records) - 1, key)))
 
     def poll(self, timeout: float = 0) -> int:
         done, self._deliveries = self._deliveries, []
