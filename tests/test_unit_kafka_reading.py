@@ -154,3 +154,13 @@ def test_create_shared_topic_keeps_the_partitions_and_settings_asked(monkeypatch
     monkeypatch.setattr(kafka_admin, "create_topics", lambda cluster, specs: asked.extend(specs))
     kafka.create_shared_topic(CLUSTER, "__slots", 16)
     assert asked == [("__slots", 16, {})]
+
+
+def test_an_exact_watermark_is_the_end_without_a_read() -> None:
+    # noida-db and Apache Kafka: the watermark is the end; nothing is assigned or read (Tansu's 5 would be read past).
+    c = FakeConsumer([[FakeMessage(7)]], watermarks=(0, 5))
+    assert kafka.true_ends(c, [TopicPartition("t", 0)], exact_watermark=True) == {("t", 0): 5}  # type: ignore[arg-type]
+    assert c.assigned is None and c.consumed == 0
+    tansu = Cluster("a", {"bootstrap.servers": "x:1", "streamrepl.broker": "tansu"})
+    noida = Cluster("b", {"bootstrap.servers": "x:1", "streamrepl.broker": "noida"})
+    assert not kafka.watermark_is_exact(tansu) and kafka.watermark_is_exact(noida)

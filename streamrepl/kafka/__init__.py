@@ -42,7 +42,7 @@ from .admin import (
     set_topic_configs,
     topics,
 )
-from .brokers import honours_static_membership, leaves_group_safely
+from .brokers import honours_static_membership, leaves_group_safely, watermark_is_exact
 from .clients import REQUEST_TIMEOUT, admin_client, client_config, consumer, producer
 from .errors import (
     ACCESS_DENIED,
@@ -85,6 +85,7 @@ from .reading import (
 )
 
 __all__ = [
+    "watermark_is_exact",
     "honours_static_membership",
     "leaves_group_safely",
     "ACCESS_DENIED",

@@ -30,3 +30,10 @@ def honours_static_membership(cluster: Cluster) -> bool:
     Apache Kafka honours it since 2.3.
     """
     return cluster.broker != "tansu"
+
+
+def watermark_is_exact(cluster: Cluster) -> bool:
+    """Whether the broker's high watermark is the offset after the last record, so that a partition's end need not be
+    read (`reading.true_ends`). Tansu reports the base offset of the last batch + 1 (1 after one batch of 20
+    records); noida-db and Apache Kafka report the end (20), transaction markers included."""
+    return cluster.broker != "tansu"

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ..registry import Cluster
 from .admin import topics
+from .brokers import watermark_is_exact
 from .clients import REQUEST_TIMEOUT, consumer
 from .errors import is_partition_eof
 
@@ -66,19 +67,22 @@ def true_end(c: Consumer, tp: TopicPartition, timeout: float = REQUEST_TIMEOUT) 
     return true_ends(c, [tp], timeout)[(tp.topic, tp.partition)]
 
 
-def true_ends(c: Consumer, tps: list[TopicPartition], timeout: float = REQUEST_TIMEOUT) -> dict[tuple[str, int], int]:
+def true_ends(
+    c: Consumer, tps: list[TopicPartition], timeout: float = REQUEST_TIMEOUT, exact_watermark: bool = False
+) -> dict[tuple[str, int], int]:
     """The offset after the last record of each partition.
 
     Some brokers (Tansu) report as high watermark the base offset of the last batch + 1,
     so the watermark alone can under-count: read each partition from just before it to
-    its real end, all partitions at once.
+    its real end, all partitions at once. `exact_watermark`: the broker's watermark is right
+    (brokers.watermark_is_exact), so it is the answer and nothing is read.
     """
     ends: dict[tuple[str, int], int] = {}
     start: list[TopicPartition] = []
     for tp in tps:
         low, high = watermarks(c, tp, timeout)
         ends[(tp.topic, tp.partition)] = high
-        if high > low:
+        if high > low and not exact_watermark:
             start.append(TopicPartition(tp.topic, tp.partition, max(low, high - 1)))
     if not start:
         return ends
@@ -106,7 +110,8 @@ def partition_ends(cluster: Cluster, partitions: Iterable[tuple[str, int]]) -> d
     present = topics(cluster)
     c = consumer(cluster)
     try:
-        return true_ends(c, [TopicPartition(t, p) for t, p in partitions if t in present])
+        tps = [TopicPartition(t, p) for t, p in partitions if t in present]
+        return true_ends(c, tps, exact_watermark=watermark_is_exact(cluster))
     finally:
         c.close()
 
@@ -116,7 +121,8 @@ def topic_ends(cluster: Cluster, kafka_topics: Iterable[str]) -> dict[tuple[str,
     present = topics(cluster)
     c = consumer(cluster)
     try:
-        return true_ends(c, [TopicPartition(kt, p) for kt in kafka_topics if kt in present for p in range(present[kt])])
+        tps = [TopicPartition(kt, p) for kt in kafka_topics if kt in present for p in range(present[kt])]
+        return true_ends(c, tps, exact_watermark=watermark_is_exact(cluster))
     finally:
         c.close()
 
