@@ -19,6 +19,14 @@ class FakeGroupConsumer:
         self.subscribed: list[str] = []
         self.callbacks: dict[str, Any] = {}
         self.closed = False
+        self.assigned: list[TopicPartition] = []
+        self.paused: list[TopicPartition] = []
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.assigned, self.paused = list(parts), []
+
+    def pause(self, parts: list[TopicPartition]) -> None:
+        self.paused += parts
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.subscribed, self.callbacks = topics, callbacks
@@ -71,3 +79,23 @@ def test_every_partition_hashes_to_one_slot() -> None:
     slots = {slot_of(u) for u in units}
     assert all(0 <= s < SLOTS for s in slots) and len(slots) > SLOTS // 2, "spread over the slots"
     assert [slot_of(u) for u in units] == [slot_of(u) for u in units]
+
+
+def test_the_slots_are_never_fetched() -> None:
+    """The slot topic only shares the work out: its partitions are assigned and paused, so the group consumer does
+    not fetch them (it did, every 10 ms: 64 empty partitions, most of an idle destination broker's CPU)."""
+    made: list[FakeGroupConsumer] = []
+    group = SlotGroup(
+        Cluster("ny", {"bootstrap.servers": "127.0.0.1:1"}),
+        "gw1",
+        6000,
+        GatewayStats("gw1"),
+        lambda: None,
+        lambda lost: None,
+        lambda cluster, **kw: made.append(FakeGroupConsumer(cluster, **kw)) or made[-1],
+    )
+    group.join()
+    parts = [TopicPartition(SLOT_TOPIC, p) for p in (1, 2, 3)]
+    made[0].callbacks["on_assign"](made[0], parts)
+    assert [tp.partition for tp in made[0].assigned] == [1, 2, 3]
+    assert [tp.partition for tp in made[0].paused] == [1, 2, 3]

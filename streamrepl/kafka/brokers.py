@@ -17,3 +17,17 @@ def leaves_group_safely(cluster: Cluster) -> bool:
     noida-db never expires a member that stopped heartbeating: without LeaveGroup its slots would stay held for good.
     """
     return cluster.broker != "tansu"
+
+
+def idle_fetch_wait_ms(cluster: Cluster) -> int:
+    """How long a fetch of the gateway's source consumers may wait at `cluster` for records (fetch.wait.max.ms).
+
+    Apache Kafka holds a fetch until records arrive or the wait ends (long polling): a long wait costs no latency
+    and spares the broker the empty fetches of idle partitions. Tansu also holds the fetch but keeps reading every
+    partition of it while it waits, and sees a record that arrives meanwhile only at its next look: 800 idle
+    partitions cost it 91 % of a core at 10 ms, 33 % at 100 ms, 10 % at 500 ms, with a record arriving in an
+    idle partition seen after 46, 61 and 192 ms (median; bench/idle_fetch_probe.py, BENCHMARKS.md). 100 ms keeps
+    that wake within tens of ms. noida-db answers an empty fetch at once whatever the wait (about 1,000 fetches/s
+    from one consumer): the wait changes nothing there.
+    """
+    return 500 if cluster.broker not in ("tansu", "noida") else 100

@@ -39,8 +39,12 @@ from .watcher import PlanWatcher
 
 log = logging.getLogger("streamrepl.gateway")
 
-#: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
+#: How long the loop sleeps when no source had records: briefly while records flow (the gaps between batches),
+#: longer once every source was quiet for QUIET_AFTER seconds, so that an idle gateway costs next to nothing and
+#: a record that wakes an idle partition waits at most IDLE_SLEEP_QUIET more (see BENCHMARKS.md, scale).
 IDLE_SLEEP = 0.002
+IDLE_SLEEP_QUIET = 0.01
+QUIET_AFTER = 1.0
 
 
 class Gateway:
@@ -191,7 +195,7 @@ class Gateway:
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
         reported_holding = (0, 0)
-        started = time.monotonic()
+        started = last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
         try:
             while not self.stopping:
@@ -216,8 +220,10 @@ class Gateway:
                 if now >= next_report or holding != reported_holding:
                     next_report, reported_holding = now + REPORT_SECONDS, holding
                     self.reports.all()
-                if not busy:
-                    time.sleep(IDLE_SLEEP)
+                if busy:
+                    last_busy = now
+                else:
+                    time.sleep(IDLE_SLEEP if now - last_busy < QUIET_AFTER else IDLE_SLEEP_QUIET)
         finally:
             self.shutdown()
 

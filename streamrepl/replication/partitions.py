@@ -25,8 +25,6 @@ from .stats import GatewayStats
 
 log = logging.getLogger("streamrepl.gateway")
 
-#: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
-SOURCE_FETCH_WAIT_MS = 10
 #: A partition whose source is read below the replica's end again is checked for divergence at most this often.
 REREAD_CHECK_SECONDS = 5.0
 #: How long a divergence check waits for a source; one that does not answer is asked again after RETRY_SECONDS
@@ -36,8 +34,9 @@ RETRY_SECONDS = 5.0
 
 
 def source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues."""
-    extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
+    """A consumer of source partitions with long queues, whose fetches wait for records as long as the broker makes
+    that cheap without delaying a record that arrives meanwhile (kafka.idle_fetch_wait_ms)."""
+    extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.idle_fetch_wait_ms(cluster), "queued.min.messages": 200000}
     return kafka.consumer(cluster, **extra)
 
 
