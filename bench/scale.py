@@ -29,6 +29,8 @@ import argparse
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -232,6 +234,19 @@ def throughput(sb: str, db: str, src_topics: list[str], partitions: int, n: int,
     return {"records": got, "complete": got >= n, "produce_s": round(produced, 2), "records_s": round(got / (end - t0))}
 
 
+def profile(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """With BENCH_PROFILE=1: py-spy on the first gateway (raw stacks beside its log); it costs CPU of its own, so
+    the idle figures of a profiled run are not the ones to record."""
+    spy = shutil.which("py-spy", path=str(Path(PY).parent)) or shutil.which("py-spy")
+    if not os.environ.get("BENCH_PROFILE") or spy is None:
+        return None
+    return subprocess.Popen(
+        [spy, "record", "-p", str(pid), "-r", "50", "-f", "raw", "--nonblocking", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def run_size(size: str, args: argparse.Namespace) -> dict:
     streams, topics, partitions, gateways = parse_size(size)
     total = streams * topics * partitions
@@ -256,12 +271,20 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
             time.sleep(args.settle)
             gw_pids = [p for g in gws for p in tree(g.pid)]
             groups = {"gateways": gw_pids, "source": [ec.brokers[SRC].pid], "destination": [ec.brokers[DST].pid]}
+            spy = profile(gws[0].pid, logdir / "gw0.idle.pyspy.txt")
             row["idle_cpu_pct"] = idle_cpu(groups, args.idle_seconds)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(30)
             row["rss_MB"] = {k: rss_mb(v) for k, v in groups.items()}
             log(f"{size}: idle CPU {row['idle_cpu_pct']}, RSS {row['rss_MB']}")
             row["new_topic_s"] = round(new_topic_delay(reg, sb, db, args.timeout), 2)
             if args.records:
+                spy = profile(gws[0].pid, logdir / "gw0.throughput.pyspy.txt")
                 row["throughput"] = throughput(sb, db, src_topics, partitions, args.records, args.timeout)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(30)
             row["rss_after_MB"] = {k: rss_mb(v) for k, v in groups.items()}
         finally:
             for g in gws:

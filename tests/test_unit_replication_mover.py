@@ -12,9 +12,11 @@ from confluent_kafka import KafkaError
 from streamrepl import policy
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
+from streamrepl.replication import quiet
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
 from streamrepl.replication.partitions import Partitions
+from streamrepl.replication.quiet import QuietFeeds
 from streamrepl.replication.stats import GatewayStats
 
 SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/s")
@@ -96,7 +98,9 @@ class FakeConsumer:
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
     def incremental_unassign(self, tps: list[Any]) -> None:
-        pass
+        gone = {(tp.topic, tp.partition) for tp in tps}
+        self.assigned = [a for a in self.assigned if (a[0], a[1]) not in gone]
+        self.queued = [m for m in self.queued if (m.topic(), m.partition()) not in gone]
 
     def pause(self, tps: list[Any]) -> None:
         self.paused |= {(tp.topic, tp.partition) for tp in tps}
@@ -124,6 +128,8 @@ class Rig:
     def __init__(self, *links: Link, throttle_rate: float = 1000):
         #: one consumer per source cluster (a Kafka topic name does not say its cluster)
         self.sources = {lk.src.cluster: FakeConsumer() for lk in links}
+        #: the quiet feeds' consumer (quiet.py), one for every source
+        self.quiet = FakeConsumer()
         self.source = self.sources[links[0].src.cluster]
         self.producer = FakeProducer()
         self.stats = GatewayStats("test")
@@ -133,6 +139,7 @@ class Rig:
             self.stats,
             lambda cluster: self.sources[cluster.name],
             lambda u, e: self.failed.append((u, e)),
+            QuietFeeds(lambda cluster: self.quiet),  # type: ignore[arg-type,return-value]
         )
         self.mover = Mover(self.partitions, lambda: self.producer, throttle_rate)
         self.unit = Unit(DST, "t", 0)
@@ -236,3 +243,32 @@ def test_idle_passes_do_not_look_at_every_partition_each_time(monkeypatch: pytes
     rig.mover.move_once()  # writes: their delivery reports come with the next pass's poll
     rig.mover.move_once()
     assert swept.count("writes") == 3, "a pass that served delivery reports checks them at once"
+
+
+def test_a_quiet_feed_is_read_with_long_waits_and_wakes_on_its_first_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed that brought nothing for QUIET_SECONDS moves to the quiet consumer (long fetch waits: an idle partition
+    costs its broker less), at the writer's next offset; its first record moves it back. Nothing skipped or doubled."""
+    rig = Rig(link())
+    kt = kafka_topic_name(SRC, "t")
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    rig.mover.move_once()  # the deliveries: the writer is idle (everything acknowledged)
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()
+    assert rig.source.assigned == [] and rig.quiet.assigned == [(kt, 0, 2)], "moved, to read on at offset 2"
+    rig.quiet.queued += [Msg(kt, 0, o, f"k{o}".encode()) for o in (2, 3)]
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 60.0)
+    rig.mover.move_once()
+    assert rig.quiet.assigned == [] and rig.source.assigned == [(kt, 0, 4)], "back, after the records it brought"
+    rig.feed(SRC, [4])
+    rig.mover.move_once()
+    assert [r["key"] for r in rig.replica()] == [b"k0", b"k1", b"k2", b"k3", b"k4"]
+
+
+def test_a_throttled_feed_never_goes_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(link(throttle=True))
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()
+    assert rig.quiet.assigned == [] and rig.source.assigned, "its pause and seek state lives in its own consumer"

@@ -42,7 +42,7 @@ from .admin import (
     set_topic_configs,
     topics,
 )
-from .brokers import idle_fetch_wait_ms, leaves_group_safely
+from .brokers import busy_fetch_wait_ms, idle_fetch_wait_ms, leaves_group_safely
 from .clients import REQUEST_TIMEOUT, admin_client, client_config, consumer, producer
 from .errors import (
     ACCESS_DENIED,
@@ -84,6 +84,7 @@ from .reading import (
 )
 
 __all__ = [
+    "busy_fetch_wait_ms",
     "idle_fetch_wait_ms",
     "leaves_group_safely",
     "ACCESS_DENIED",

@@ -19,8 +19,18 @@ def leaves_group_safely(cluster: Cluster) -> bool:
     return cluster.broker != "tansu"
 
 
+def busy_fetch_wait_ms(cluster: Cluster) -> int:
+    """How long a fetch of the source partitions that carry records may wait at `cluster` (fetch.wait.max.ms).
+
+    Where the broker answers a waiting fetch as soon as records arrive (Apache Kafka), the wait costs no latency.
+    Tansu sees them only at its next look, which comes later the longer the wait: 10 ms there (a 100 ms wait put
+    the gateway's median latency at 5,000 records/s from about 52 to about 70 ms; BENCHMARKS.md, scale).
+    """
+    return 500 if cluster.broker not in ("tansu", "noida") else 10
+
+
 def idle_fetch_wait_ms(cluster: Cluster) -> int:
-    """How long a fetch of the gateway's source consumers may wait at `cluster` for records (fetch.wait.max.ms).
+    """How long a fetch of quiet source partitions may wait at `cluster` for records (replication/quiet.py).
 
     Apache Kafka holds a fetch until records arrive or the wait ends (long polling): a long wait costs no latency
     and spares the broker the empty fetches of idle partitions. Tansu also holds the fetch but keeps reading every

@@ -33,6 +33,7 @@ from .metrics import MetricsServer, serve
 from .mover import Mover
 from .partitions import Partitions, source_consumer
 from .plan import Planner
+from .quiet import QuietFeeds, quiet_source_consumer
 from .reports import REPORT_SECONDS, StatusReports
 from .stats import GatewayStats
 from .watcher import PlanWatcher
@@ -49,7 +50,8 @@ QUIET_AFTER = 1.0
 
 class Gateway:
     """`tuning` defaults to the environment's (settings.gateway()); the client factories default to real ones
-    (`new_consumer` makes the replica reader, the group consumer and the metadata watch)."""
+    (`new_consumer` makes the replica reader, the group consumer and the metadata watch; `new_quiet_consumer` the
+    consumers of quiet feeds, quiet.py: by default only when the source consumers are the real ones)."""
 
     def __init__(
         self,
@@ -60,6 +62,7 @@ class Gateway:
         new_consumer: Callable[..., Consumer] = kafka.consumer,
         new_producer: Callable[..., Producer] = kafka.producer,
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
+        new_quiet_consumer: Callable[[Cluster], Consumer] | None = None,
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
@@ -71,8 +74,14 @@ class Gateway:
         self.plan: Plan | None = None
         self.stats = GatewayStats(self.id)
         self._new_producer = new_producer
+        if new_quiet_consumer is None and new_source_consumer is source_consumer:
+            new_quiet_consumer = quiet_source_consumer
         self.partitions = Partitions(
-            new_consumer(self.cluster), self.stats, new_source_consumer, on_fail=self._report_failure
+            new_consumer(self.cluster),
+            self.stats,
+            new_source_consumer,
+            on_fail=self._report_failure,
+            quiet=QuietFeeds(new_quiet_consumer) if new_quiet_consumer is not None else None,
         )
         self.mover = Mover(
             self.partitions, self._producer, self.tuning.throttle_rate, gateway_id=self.id, cluster_name=cluster

@@ -20,6 +20,7 @@ from ..kafka import KafkaException, Message, Producer, TopicPartition
 from .links import Link
 from .membership import SLOT_TOPIC
 from .partitions import Partitions, UnitState
+from .quiet import due
 
 log = logging.getLogger("streamrepl.gateway")
 
@@ -80,17 +81,61 @@ class Mover:
             msgs = c.consume(BATCH, timeout=0)
             if msgs:
                 busy += self.apply_batch(link, msgs)
+        quiet = self.partitions.quiet
+        for name, c in list(quiet.consumers.items()) if quiet is not None else []:
+            link = self.partitions.links_by_source.get(name)
+            msgs = c.consume(BATCH, timeout=0) if link is not None else []
+            if msgs:
+                busy += self.apply_batch(link, msgs)  # type: ignore[arg-type]
+                for topic, partition in {(m.topic(), m.partition()) for m in msgs if m.error() is None}:
+                    self._wake(name, topic, partition)  # type: ignore[arg-type]
         served = self.producer.poll(0)
         now = time.monotonic()
         sweep = now >= self._next_sweep
         if sweep:
             self._next_sweep = now + SWEEP_SECONDS
             self.partitions.retry_unverified()
+            self._quieten_idle()
         if sweep or served:
             self.check_writes()
         if now >= self._unthrottle_at:
             self.unthrottle()
         return busy
+
+    def _quieten_idle(self) -> None:
+        """Feeds that brought no record for quiet.QUIET_SECONDS move to their link's quiet consumer (see quiet.py)."""
+        quiet = self.partitions.quiet
+        if quiet is None:
+            return
+        now = time.monotonic()
+        for state in self.partitions.units.values():
+            if len(state.feeds) != 1 or state.unverified or state.throttled_until or not state.writer.idle():
+                continue
+            ((name, (link, tp)),) = state.feeds.items()
+            busy = self.partitions.sources.get(name)
+            if (
+                busy is None
+                or link.throttle
+                or name not in state.rechecked
+                or quiet.holds(name, tp)
+                or not due(max(state.last_write, state.active_at), now)
+            ):
+                continue
+            quiet.quieten(name, link.src_cluster, tp, busy, state.writer.next)
+            state.active_at = now
+
+    def _wake(self, name: str, topic: str, partition: int) -> None:
+        """A quiet feed brought records: back to its link's consumer, from where its writer is now."""
+        unit = self.partitions.by_source.get((name, topic, partition))
+        state = self.partitions.units.get(unit) if unit else None
+        busy = self.partitions.sources.get(name)
+        quiet = self.partitions.quiet
+        if quiet is None or state is None or busy is None or name not in state.feeds:
+            return
+        tp = state.feeds[name][1]
+        if quiet.holds(name, tp):
+            quiet.wake(name, tp, busy, state.writer.next)
+            state.active_at = time.monotonic()
 
     def apply_batch(self, link: Link, msgs: list[Message]) -> int:
         """Hand a batch from one source consumer to the units it feeds; returns records seen."""

@@ -21,6 +21,7 @@ from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from .links import Link, Plan, Unit
+from .quiet import QuietFeeds
 from .stats import GatewayStats
 
 log = logging.getLogger("streamrepl.gateway")
@@ -34,9 +35,9 @@ RETRY_SECONDS = 5.0
 
 
 def source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer of source partitions with long queues, whose fetches wait for records as long as the broker makes
-    that cheap without delaying a record that arrives meanwhile (kafka.idle_fetch_wait_ms)."""
-    extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.idle_fetch_wait_ms(cluster), "queued.min.messages": 200000}
+    """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
+    the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py."""
+    extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster), "queued.min.messages": 200000}
     return kafka.consumer(cluster, **extra)
 
 
@@ -57,6 +58,8 @@ class UnitState:
     checked_at: float = 0.0
     #: feeds not started yet because their source could not be compared with the replica (link name -> feed)
     unverified: dict[str, tuple[Link, str]] = field(default_factory=dict)
+    #: when the unit was acquired or its feed last moved between consumers (monotonic; see quiet.py)
+    active_at: float = field(default_factory=time.monotonic)
 
     @property
     def sole_feed(self) -> bool:
@@ -77,6 +80,7 @@ class Partitions:
         stats: GatewayStats,
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
         on_fail: Callable[[Unit, str], None] = _no_report,
+        quiet: QuietFeeds | None = None,
     ):
         self.reader = reader
         self.stats = stats
@@ -92,6 +96,8 @@ class Partitions:
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
         self.on_fail = on_fail
+        #: the feeds that brought no records for a while, read with long fetch waits (None: every feed stays put)
+        self.quiet = quiet
 
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
@@ -162,7 +168,9 @@ class Partitions:
     def _remove_feed(self, state: UnitState, name: str) -> None:
         link, tp = state.feeds.pop(name)
         c = self.sources.get(name)
-        if c is not None:
+        if self.quiet is not None and self.quiet.holds(name, tp):
+            self.quiet.release(name, tp)
+        elif c is not None:
             try:
                 c.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
             except Exception:  # noqa: BLE001 - already gone
@@ -280,6 +288,8 @@ class Partitions:
             self.sources.pop(name).close()
         for name in [n for n in self.probes if n not in live]:
             self.probes.pop(name).close()
+        if self.quiet is not None:
+            self.quiet.close_unused(live)
         self.links_by_source = {
             name: next(state.feeds[name][0] for state in self.units.values() if name in state.feeds)
             for name in self.sources
@@ -314,6 +324,8 @@ class Partitions:
         for state in list(self.units.values()):
             for name, (_, tp) in list(state.feeds.items()):
                 c = self.sources.get(name)
+                if self.quiet is not None:
+                    c = self.quiet.consumer_of(name, tp, c)
                 if c is None:
                     continue
                 try:
@@ -329,4 +341,6 @@ class Partitions:
             c.close()
         self.sources.clear()
         self.probes.clear()
+        if self.quiet is not None:
+            self.quiet.close()
         self.reader.close()
