@@ -14,6 +14,8 @@ one size's topics never load the next one's brokers. For each size it prints:
   idle CPU   % of one core used by the gateways (with their workers), the source broker and the
              destination broker while no record flows, from the CPU seconds in /proc/<pid>/stat over
              --idle-seconds: robust to other load on the machine, unlike wall-clock figures
+  wake       ms from one record produced into an idle partition until it is in the replica (--wakes tries, one
+             at a time, each into a partition that never had a record): what idling costs in latency
   new topic  seconds from `stream topic create` on a source stream (plus one record) until that record is
              in the replica: the watcher noticing, the replica topic made, the partition acquired
   records/s  --records records of 100 B produced round-robin over every source partition, timed from the
@@ -28,9 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -191,6 +195,31 @@ def read_back(bootstrap: str, topic_parts: list[TopicPartition], want: int, time
     return got, last
 
 
+def wake_delays(sb: str, db: str, src_topics: list[str], partitions: int, tries: int) -> list[float]:
+    """One record into each of `tries` idle source partitions (chosen at random), one at a time: ms until it is in
+    the replica. Run before any record flowed, so each replica partition is empty and read from offset 0."""
+    p = Producer({"bootstrap.servers": sb, "linger.ms": 0})
+    c = Consumer({"bootstrap.servers": db, "group.id": "scale-wake", "fetch.wait.max.ms": 5})
+    out = []
+    try:
+        every = [(t, i) for t in src_topics for i in range(partitions)]
+        for topic, partition in random.sample(every, min(tries, len(every))):
+            c.assign([TopicPartition(topic, partition, 0)])
+            time.sleep(random.uniform(0.5, 1.0))
+            t0 = time.monotonic()
+            p.produce(topic, b"x", partition=partition)
+            p.poll(0)
+            while time.monotonic() - t0 < 30:
+                if any(m.error() is None for m in c.consume(1, timeout=0.005)):
+                    out.append(round(1000 * (time.monotonic() - t0), 1))
+                    break
+            c.unassign()
+    finally:
+        p.flush(10)
+        c.close()
+    return out
+
+
 def new_topic_delay(reg: object, sb: str, db: str, timeout: float) -> float:
     """`stream topic create` on a replicated source stream, one record into it: seconds until it is in the replica."""
     from streamrepl import topics as topics_api
@@ -278,6 +307,9 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
                 spy.wait(30)
             row["rss_MB"] = {k: rss_mb(v) for k, v in groups.items()}
             log(f"{size}: idle CPU {row['idle_cpu_pct']}, RSS {row['rss_MB']}")
+            if args.wakes:
+                row["wake_ms"] = wake_delays(sb, db, src_topics, partitions, args.wakes)
+                log(f"{size}: an idle partition woke after {row['wake_ms']} ms")
             row["new_topic_s"] = round(new_topic_delay(reg, sb, db, args.timeout), 2)
             if args.records:
                 spy = profile(gws[0].pid, logdir / "gw0.throughput.pyspy.txt")
@@ -306,6 +338,7 @@ def report(rows: list[dict]) -> None:
         "acquired s",
         "idle CPU % gw/src/dst",
         "RSS MB gw/src/dst",
+        "wake ms p50/max",
         "new topic s",
         "records/s",
     )
@@ -320,6 +353,7 @@ def report(rows: list[dict]) -> None:
                 f"{r['acquired_s']:.1f}",
                 f"{c['gateways']:.1f} / {c['source']:.1f} / {c['destination']:.1f}",
                 f"{m['gateways']:.0f} / {m['source']:.0f} / {m['destination']:.0f}",
+                f"{statistics.median(r['wake_ms']):.0f} / {max(r['wake_ms']):.0f}" if r.get("wake_ms") else "-",
                 f"{r['new_topic_s']:.2f}",
                 f"{tp['records_s']:,}" + ("" if tp.get("complete", True) else " (incomplete)") if tp else "-",
             )
@@ -334,7 +368,8 @@ def main() -> int:
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated SxTxP/G (default {DEFAULT_SIZES})")
     ap.add_argument("--broker", default="tansu", choices=["tansu", "noida"])
     ap.add_argument("--idle-seconds", type=float, default=20.0, help="the idle CPU window")
-    ap.add_argument("--settle", type=float, default=5.0, help="seconds after the last acquisition before measuring")
+    ap.add_argument("--wakes", type=int, default=5, help="idle partitions woken by one record each (0: none)")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds after the last acquisition before measuring")
     ap.add_argument("--records", type=int, default=100_000, help="records of the throughput step (0: skip it)")
     ap.add_argument("--timeout", type=float, default=600.0, help="hang guard for each wait")
     ap.add_argument("--json", type=Path)
