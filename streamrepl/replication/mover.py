@@ -17,10 +17,10 @@ from .. import kafka, policy
 from ..applier import ReplicaConflict
 from ..divergence import filler_tail, tail_of
 from ..kafka import KafkaException, Message, Producer, TopicPartition
+from . import quieting
 from .links import Link
 from .membership import SLOT_TOPIC
 from .partitions import Partitions, UnitState
-from .quiet import due
 
 log = logging.getLogger("streamrepl.gateway")
 
@@ -35,6 +35,8 @@ END_CHECK_IDLE = 0.5
 #: After such a restart, how long the destination must have answered before partitions are taken up again:
 #: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
 RESTART_GRACE_SECONDS = 2.0
+#: ListOffsets' "latest": asked for by offsets_for_times, the end of a partition (the high watermark)
+LATEST = -1
 #: How often an idle loop walks every partition for delivery errors and feeds waiting for their source. A pass
 #: that served delivery reports checks them at once; errors are only ever set by those reports (also served by
 #: flushes and the BufferError wait, which this catches within the period). At 800 partitions and a pass every
@@ -68,6 +70,8 @@ class Mover:
         self._end_checks_off_until = 0.0
         self._observers: dict[str, Callable[[float], None]] = {}
         self._next_sweep = 0.0
+        #: replica partition -> its end, asked for ahead for the partitions one batch wakes (_ends_of_waking)
+        self._ends_ahead: dict[tuple[str, int], int] = {}
         #: when the first throttled partition is due to resume (inf: none is throttled)
         self._unthrottle_at = float("inf")
 
@@ -88,54 +92,19 @@ class Mover:
             if msgs:
                 busy += self.apply_batch(link, msgs)  # type: ignore[arg-type]
                 for topic, partition in {(m.topic(), m.partition()) for m in msgs if m.error() is None}:
-                    self._wake(name, topic, partition)  # type: ignore[arg-type]
+                    quieting.wake(self.partitions, name, topic, partition)  # type: ignore[arg-type]
         served = self.producer.poll(0)
         now = time.monotonic()
         sweep = now >= self._next_sweep
         if sweep:
             self._next_sweep = now + SWEEP_SECONDS
             self.partitions.retry_unverified()
-            self._quieten_idle()
+            quieting.quieten_idle(self.partitions)
         if sweep or served:
             self.check_writes()
         if now >= self._unthrottle_at:
             self.unthrottle()
         return busy
-
-    def _quieten_idle(self) -> None:
-        """Feeds that brought no record for quiet.QUIET_SECONDS move to their link's quiet consumer (see quiet.py)."""
-        quiet = self.partitions.quiet
-        if quiet is None:
-            return
-        now = time.monotonic()
-        for state in self.partitions.units.values():
-            if len(state.feeds) != 1 or state.unverified or state.throttled_until or not state.writer.idle():
-                continue
-            ((name, (link, tp)),) = state.feeds.items()
-            busy = self.partitions.sources.get(name)
-            if (
-                busy is None
-                or link.throttle
-                or name not in state.rechecked
-                or quiet.holds(name, tp)
-                or not due(max(state.last_write, state.active_at), now)
-            ):
-                continue
-            quiet.quieten(name, link.src_cluster, tp, busy, state.writer.next)
-            state.active_at = now
-
-    def _wake(self, name: str, topic: str, partition: int) -> None:
-        """A quiet feed brought records: back to its link's consumer, from where its writer is now."""
-        unit = self.partitions.by_source.get((name, topic, partition))
-        state = self.partitions.units.get(unit) if unit else None
-        busy = self.partitions.sources.get(name)
-        quiet = self.partitions.quiet
-        if quiet is None or state is None or busy is None or name not in state.feeds:
-            return
-        tp = state.feeds[name][1]
-        if quiet.holds(name, tp):
-            quiet.wake(name, tp, busy, state.writer.next)
-            state.active_at = time.monotonic()
 
     def apply_batch(self, link: Link, msgs: list[Message]) -> int:
         """Hand a batch from one source consumer to the units it feeds; returns records seen."""
@@ -149,12 +118,16 @@ class Mover:
                 eofs.append(m)
             else:
                 log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
-        for (topic, partition), batch in by_tp.items():
-            unit = self.partitions.by_source.get((link.name, topic, partition))
-            state = units.get(unit) if unit else None
-            if state is None:
-                continue
-            self._write(state, link, batch)
+        self._ends_ahead = self._ends_of_waking(link, by_tp)
+        try:
+            for (topic, partition), batch in by_tp.items():
+                unit = self.partitions.by_source.get((link.name, topic, partition))
+                state = units.get(unit) if unit else None
+                if state is None:
+                    continue
+                self._write(state, link, batch)
+        finally:
+            self._ends_ahead = {}
         for m in eofs:
             unit = self.partitions.by_source.get((link.name, m.topic(), m.partition()))  # type: ignore[arg-type]
             state = units.get(unit) if unit else None
@@ -164,6 +137,29 @@ class Mover:
                 state.writer.fill_to(m.offset())  # type: ignore[arg-type]
                 state.tail = filler_tail(state.writer.origin or state.writer.src_uuid)
         return len(msgs)
+
+    def _ends_of_waking(self, link: Link, by_tp: dict[tuple[str, int], list[Message]]) -> dict[tuple[str, int], int]:
+        """The ends of the replica partitions a batch wakes (see _end_unchanged), asked for in one request when there
+        are several: after a quiet spell a burst into 800 partitions woke them all, one request each, on the loop."""
+        now = time.monotonic()
+        if now < self._end_checks_off_until or len(by_tp) < 2:
+            return {}
+        tps = []
+        for (topic, partition), batch in by_tp.items():
+            unit = self.partitions.by_source.get((link.name, topic, partition))
+            state = self.partitions.units.get(unit) if unit else None
+            if state is None:
+                continue
+            w = state.writer
+            if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, batch[-1].offset()) >= w.next:
+                tps.append(TopicPartition(w.topic, w.partition, LATEST))
+        if len(tps) < 2:
+            return {}
+        try:
+            got = self.reader.offsets_for_times(tps, timeout=END_CHECK_TIMEOUT)
+        except KafkaException:
+            return {}  # each is asked for alone, as before
+        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.error is None and tp.offset >= 0}
 
     def _end_unchanged(self, state: UnitState, origin: str) -> bool:
         """Before writing into a partition whose writes are all acknowledged and that was quiet for
@@ -178,9 +174,11 @@ class Mover:
             return True
         w = state.writer
         try:
-            _, high = self.reader.get_watermark_offsets(
-                TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
-            )
+            high = self._ends_ahead.get((w.topic, w.partition), -1)
+            if high < 0:
+                _, high = self.reader.get_watermark_offsets(
+                    TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
+                )
         except KafkaException:
             # The destination does not answer: do not stall every partition on it; writes are checked on delivery.
             self._end_checks_off_until = now + 10
