@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 
 from streamrepl import policy
 from streamrepl.paths import StreamPath, kafka_topic_name
@@ -88,6 +88,8 @@ class FakeConsumer:
         self.assigned: list[tuple[str, int, int]] = []
         self.paused: set[tuple[str, int]] = set()
         self.seeks: list[tuple[str, int, int]] = []
+        #: the end requests made of it (the replica reader's end checks)
+        self.asked: list[tuple[str, list[tuple[str, int]]]] = []
 
     def consume(self, n: int, timeout: float = 0) -> list[Msg]:
         out = [m for m in self.queued if (m.topic(), m.partition()) not in self.paused][:n]
@@ -112,7 +114,12 @@ class FakeConsumer:
         self.seeks.append((tp.topic, tp.partition, tp.offset))
 
     def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        self.asked.append(("watermarks", [(tp.topic, tp.partition)]))
         return (0, 0)
+
+    def offsets_for_times(self, tps: list[Any], timeout: float = 0) -> list[Any]:
+        self.asked.append(("ends", [(tp.topic, tp.partition) for tp in tps]))
+        return [TopicPartition(tp.topic, tp.partition, 0) for tp in tps]
 
     def close(self) -> None:
         pass
@@ -272,3 +279,21 @@ def test_a_throttled_feed_never_goes_quiet(monkeypatch: pytest.MonkeyPatch) -> N
     rig.mover._next_sweep = 0.0
     rig.mover.move_once()
     assert rig.quiet.assigned == [] and rig.source.assigned, "its pause and seek state lives in its own consumer"
+
+
+def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request() -> None:
+    """Before writing into a partition quiet for END_CHECK_IDLE its end is checked (a stray producer); when a burst
+    wakes many partitions at once, one request asks for all their ends (one each made 800 serial requests)."""
+    lk = link()
+    src_kt, units = kafka_topic_name(SRC, "t"), [Unit(DST, "t", p) for p in (0, 1, 2)]
+    source, reader, producer = FakeConsumer(), FakeConsumer(), FakeProducer()
+    partitions = Partitions(reader, GatewayStats("test"), lambda cluster: source)  # type: ignore[arg-type,return-value]
+    mover = Mover(partitions, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
+    plan = Plan([lk], {u: [(lk, src_kt)] for u in units}, {}, [])
+    partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
+    reader.asked.clear()
+    source.queued += [Msg(src_kt, p, 0, b"k") for p in (0, 1, 2)]
+    mover.move_once()
+    dst_kt = kafka_topic_name(DST, "t")
+    assert reader.asked == [("ends", [(dst_kt, 0), (dst_kt, 1), (dst_kt, 2)])], reader.asked
+    assert [len(producer.log[(dst_kt, p)]) for p in (0, 1, 2)] == [1, 1, 1]
