@@ -266,6 +266,7 @@ def test_a_quiet_feed_is_read_with_long_waits_and_wakes_on_its_first_record(monk
     assert rig.source.assigned == [] and rig.quiet.assigned == [(kt, 0, 2)], "moved, to read on at offset 2"
     rig.quiet.queued += [Msg(kt, 0, o, f"k{o}".encode()) for o in (2, 3)]
     monkeypatch.setattr(quiet, "QUIET_SECONDS", 60.0)
+    rig.mover._next_quiet_poll = 0.0  # the quiet consumers are asked every QUIET_POLL_SECONDS
     rig.mover.move_once()
     assert rig.quiet.assigned == [] and rig.source.assigned == [(kt, 0, 4)], "back, after the records it brought"
     rig.feed(SRC, [4])
@@ -297,3 +298,23 @@ def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request()
     dst_kt = kafka_topic_name(DST, "t")
     assert reader.asked == [("ends", [(dst_kt, 0), (dst_kt, 1), (dst_kt, 2)])], reader.asked
     assert [len(producer.log[(dst_kt, p)]) for p in (0, 1, 2)] == [1, 1, 1]
+
+
+def test_a_link_whose_feeds_are_all_quiet_is_not_asked_for_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle gateway asked every consumer for records on every pass: at 20 links that was most of its own CPU.
+    A link consumer whose feeds all went quiet holds nothing to read, and the quiet ones are asked every
+    QUIET_POLL_SECONDS, not on every pass."""
+    rig = Rig(link())
+    asked: list[str] = []
+    for name, consumer in (("busy", rig.source), ("quiet", rig.quiet)):
+        real = consumer.consume
+        monkeypatch.setattr(
+            consumer, "consume", lambda n, timeout=0, real=real, name=name: asked.append(name) or real(n)
+        )
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()  # the feed goes quiet
+    asked.clear()
+    for _ in range(20):
+        rig.mover.move_once()
+    assert "busy" not in asked and asked.count("quiet") <= 2, asked

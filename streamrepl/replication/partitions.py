@@ -92,6 +92,8 @@ class Partitions:
         #: link name -> when its source, which did not answer a check, is asked again (monotonic)
         self._retry_at: dict[str, float] = {}
         self.by_source: dict[tuple[str, str, int], Unit] = {}  # (link, src topic, partition) -> unit
+        #: link name -> how many feeds its consumer holds (quiet ones included: quiet.py)
+        self.feed_count: dict[str, int] = {}
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
@@ -164,6 +166,7 @@ class Partitions:
         self._source_consumer(link).incremental_assign([tp])
         state.feeds[link.name] = (link, tp)
         self.by_source[(link.name, src_kt, tp.partition)] = state.unit
+        self.feed_count[link.name] = self.feed_count.get(link.name, 0) + 1
 
     def _remove_feed(self, state: UnitState, name: str) -> None:
         link, tp = state.feeds.pop(name)
@@ -176,6 +179,7 @@ class Partitions:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.by_source.pop((name, tp.topic, tp.partition), None)
+        self.feed_count[name] -= 1
 
     def drop(self, unit: Unit) -> None:
         state = self.units.pop(unit, None)

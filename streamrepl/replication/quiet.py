@@ -39,6 +39,8 @@ class QuietFeeds:
     def __init__(self, new_consumer: Callable[[Cluster], Consumer] = quiet_source_consumer):
         self.consumers: dict[str, Consumer] = {}
         self.held: set[tuple[str, str, int]] = set()
+        #: link name -> how many of its feeds are quiet
+        self.count: dict[str, int] = {}
         self._new_consumer = new_consumer
 
     def holds(self, name: str, tp: TopicPartition) -> bool:
@@ -56,6 +58,7 @@ class QuietFeeds:
             c = self.consumers[name] = self._new_consumer(cluster)
         c.incremental_assign([TopicPartition(tp.topic, tp.partition, offset)])
         self.held.add((name, tp.topic, tp.partition))
+        self.count[name] = self.count.get(name, 0) + 1
 
     def wake(self, name: str, tp: TopicPartition, busy: Consumer, offset: int) -> None:
         """Move a quiet feed that brought records back to its link's consumer, to read on at `offset`."""
@@ -67,6 +70,7 @@ class QuietFeeds:
         if not self.holds(name, tp):
             return
         self.held.discard((name, tp.topic, tp.partition))
+        self.count[name] -= 1
         c = self.consumers.get(name)
         if c is not None:
             try:
@@ -78,12 +82,14 @@ class QuietFeeds:
         for name in [n for n in self.consumers if n not in live]:
             self.consumers.pop(name).close()
             self.held = {h for h in self.held if h[0] != name}
+            self.count.pop(name, None)
 
     def close(self) -> None:
         for c in self.consumers.values():
             c.close()
         self.consumers.clear()
         self.held.clear()
+        self.count.clear()
 
 
 def due(last_active: float, now: float | None = None) -> bool:
