@@ -299,7 +299,12 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
             log(f"{size}: all acquired after {row['acquired_s']}s; settling {args.settle:.0f}s")
             time.sleep(args.settle)
             gw_pids = [p for g in gws for p in tree(g.pid)]
-            groups = {"gateways": gw_pids, "source": [ec.brokers[SRC].pid], "destination": [ec.brokers[DST].pid]}
+            groups = {
+                "gateways": gw_pids,
+                "source": [ec.brokers[SRC].pid],
+                "destination": [ec.brokers[DST].pid],
+                "gateway main processes": [g.pid for g in gws],  # without their cursor-sync workers
+            }
             spy = profile(gws[0].pid, logdir / "gw0.idle.pyspy.txt")
             row["idle_cpu_pct"] = idle_cpu(groups, args.idle_seconds)
             if spy is not None:
