@@ -29,7 +29,15 @@ def strays(r: Resolved, rec: Stream, present: dict[str, int] | None = None) -> d
     Kafka client writing to a new name (the broker creates it) or by a Kafka tool."""
     present = kafka.topics(r.cluster) if present is None else present
     found = {}
+    try:
+        # Only the names under the stream's prefix are parsed: a gateway asks for every replicated stream's strays
+        # every few seconds, and parsing every topic of the cluster for each stream grew with streams x topics.
+        prefix = kafka_topic_name(r.path, "t")[:-1]
+    except InvalidArgument:
+        prefix = ""
     for kt, n in present.items():
+        if not kt.startswith(prefix):
+            continue
         named = from_kafka_topic_name(r.cluster.name, kt)
         if named is not None and named.stream == r.path and named.topic not in rec.topics:
             found[named.topic] = n

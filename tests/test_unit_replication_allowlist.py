@@ -103,3 +103,21 @@ def test_the_list_is_judged_only_at_the_end_of_the_topic() -> None:
 def test_a_tombstone_allows_every_gateway() -> None:
     consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(KEY, None), Msg(eof=True)]])
     assert AllowList.read_on(consumer, []) == ([], True)  # type: ignore[arg-type]
+
+
+def test_following_the_list_does_not_fetch_every_few_ms() -> None:
+    """The list is judged about every CHECK_SECONDS: its consumer's fetches may wait long at the broker (with the
+    readers' 10 ms it asked the destination a hundred times a second)."""
+    made: list[dict[str, Any]] = []
+
+    def new_consumer(cluster: Cluster, **kw: Any) -> FakeConsumer:
+        made.append(kw)
+        return FakeConsumer([[Msg(eof=True)]])
+
+    allow = AllowList(CLUSTER, "gw1", "host", new_consumer=new_consumer)  # type: ignore[arg-type]
+    allow.start()
+    deadline = time.monotonic() + 5
+    while not made and time.monotonic() < deadline:
+        time.sleep(0.01)
+    allow.stop()
+    assert made and made[0].get("fetch.wait.max.ms", 0) >= 500, made

@@ -19,6 +19,14 @@ class FakeGroupConsumer:
         self.subscribed: list[str] = []
         self.callbacks: dict[str, Any] = {}
         self.closed = False
+        self.assigned: list[TopicPartition] = []
+        self.paused: list[TopicPartition] = []
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.assigned, self.paused = list(parts), []
+
+    def pause(self, parts: list[TopicPartition]) -> None:
+        self.paused += parts
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.subscribed, self.callbacks = topics, callbacks
@@ -116,3 +124,23 @@ def test_a_gateway_fenced_by_another_with_its_id_stops_with_a_clear_error() -> N
         group.poll()
     group.leave()  # nothing left to leave: the fenced consumer is not used again
     assert made[0].closed is False
+
+
+def test_the_slots_are_never_fetched() -> None:
+    """The slot topic only shares the work out: its partitions are assigned and paused, so the group consumer does
+    not fetch them (it did, every 10 ms: 64 empty partitions, most of an idle destination broker's CPU)."""
+    made: list[FakeGroupConsumer] = []
+    group = SlotGroup(
+        Cluster("ny", {"bootstrap.servers": "127.0.0.1:1"}),
+        "gw1",
+        6000,
+        GatewayStats("gw1"),
+        lambda: None,
+        lambda lost: None,
+        lambda cluster, **kw: made.append(FakeGroupConsumer(cluster, **kw)) or made[-1],
+    )
+    group.join()
+    parts = [TopicPartition(SLOT_TOPIC, p) for p in (1, 2, 3)]
+    made[0].callbacks["on_assign"](made[0], parts)
+    assert [tp.partition for tp in made[0].assigned] == [1, 2, 3]
+    assert [tp.partition for tp in made[0].paused] == [1, 2, 3]

@@ -7,14 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 
 from streamrepl import policy
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
+from streamrepl.replication import quiet
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
 from streamrepl.replication.partitions import Partitions
+from streamrepl.replication.quiet import QuietFeeds
 from streamrepl.replication.stats import GatewayStats
 
 SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/s")
@@ -97,6 +99,8 @@ class FakeConsumer:
         self.assigned: list[tuple[str, int, int]] = []
         self.paused: set[tuple[str, int]] = set()
         self.seeks: list[tuple[str, int, int]] = []
+        #: the end requests made of it (the replica reader's end checks)
+        self.asked: list[tuple[str, list[tuple[str, int]]]] = []
 
     def consume(self, n: int, timeout: float = 0) -> list[Msg]:
         out = [m for m in self.queued if (m.topic(), m.partition()) not in self.paused][:n]
@@ -107,7 +111,9 @@ class FakeConsumer:
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
     def incremental_unassign(self, tps: list[Any]) -> None:
-        pass
+        gone = {(tp.topic, tp.partition) for tp in tps}
+        self.assigned = [a for a in self.assigned if (a[0], a[1]) not in gone]
+        self.queued = [m for m in self.queued if (m.topic(), m.partition()) not in gone]
 
     def pause(self, tps: list[Any]) -> None:
         self.paused |= {(tp.topic, tp.partition) for tp in tps}
@@ -119,7 +125,12 @@ class FakeConsumer:
         self.seeks.append((tp.topic, tp.partition, tp.offset))
 
     def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        self.asked.append(("watermarks", [(tp.topic, tp.partition)]))
         return (0, 0)
+
+    def offsets_for_times(self, tps: list[Any], timeout: float = 0) -> list[Any]:
+        self.asked.append(("ends", [(tp.topic, tp.partition) for tp in tps]))
+        return [TopicPartition(tp.topic, tp.partition, 0) for tp in tps]
 
     def close(self) -> None:
         pass
@@ -135,6 +146,8 @@ class Rig:
     def __init__(self, *links: Link, throttle_rate: float = 1000):
         #: one consumer per source cluster (a Kafka topic name does not say its cluster)
         self.sources = {lk.src.cluster: FakeConsumer() for lk in links}
+        #: the quiet feeds' consumer (quiet.py), one for every source
+        self.quiet = FakeConsumer()
         self.source = self.sources[links[0].src.cluster]
         self.producer = FakeProducer()
         self.stats = GatewayStats("test")
@@ -144,6 +157,7 @@ class Rig:
             self.stats,
             lambda cluster, **_: self.sources[cluster.name],
             lambda u, e: self.failed.append((u, e)),
+            QuietFeeds(lambda cluster: self.quiet),  # type: ignore[arg-type,return-value]
         )
         self.mover = Mover(self.partitions, lambda: self.producer, throttle_rate)
         self.unit = Unit(DST, "t", 0)
@@ -224,3 +238,94 @@ def test_a_failed_delivery_restarts_the_writes_or_fails_the_partition(uncertain:
         assert rig.mover.restart_pending
     else:
         assert rig.stats.write_restarts == 0 and rig.unit in rig.partitions.errored
+
+
+def test_idle_passes_do_not_look_at_every_partition_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle gateway runs hundreds of passes a second: the checks that walk every partition (delivery errors,
+    feeds waiting for their source, throttled partitions) run when a delivery report came in, or at most every
+    SWEEP_SECONDS, not on every pass (at 800 partitions they were most of an idle gateway's CPU)."""
+    from streamrepl.replication import mover as mover_module
+
+    rig = Rig(link())
+    swept: list[str] = []
+    monkeypatch.setattr(rig.mover, "check_writes", lambda: swept.append("writes"))
+    monkeypatch.setattr(rig.partitions, "retry_unverified", lambda: swept.append("unverified"))
+    monkeypatch.setattr(rig.mover, "unthrottle", lambda: swept.append("throttled"))
+    for _ in range(50):
+        assert rig.mover.move_once() == 0
+    assert swept.count("writes") == 1 and swept.count("unverified") == 1 and "throttled" not in swept, swept
+    time.sleep(mover_module.SWEEP_SECONDS + 0.05)
+    rig.mover.move_once()
+    assert swept.count("writes") == 2 and swept.count("unverified") == 2
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()  # writes: their delivery reports come with the next pass's poll
+    rig.mover.move_once()
+    assert swept.count("writes") == 3, "a pass that served delivery reports checks them at once"
+
+
+def test_a_quiet_feed_is_read_with_long_waits_and_wakes_on_its_first_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed that brought nothing for QUIET_SECONDS moves to the quiet consumer (long fetch waits: an idle partition
+    costs its broker less), at the writer's next offset; its first record moves it back. Nothing skipped or doubled."""
+    rig = Rig(link())
+    kt = kafka_topic_name(SRC, "t")
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    rig.mover.move_once()  # the deliveries: the writer is idle (everything acknowledged)
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()
+    assert rig.source.assigned == [] and rig.quiet.assigned == [(kt, 0, 2)], "moved, to read on at offset 2"
+    rig.quiet.queued += [Msg(kt, 0, o, f"k{o}".encode()) for o in (2, 3)]
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 60.0)
+    rig.mover._next_quiet_poll = 0.0  # the quiet consumers are asked every QUIET_POLL_SECONDS
+    rig.mover.move_once()
+    assert rig.quiet.assigned == [] and rig.source.assigned == [(kt, 0, 4)], "back, after the records it brought"
+    rig.feed(SRC, [4])
+    rig.mover.move_once()
+    assert [r["key"] for r in rig.replica()] == [b"k0", b"k1", b"k2", b"k3", b"k4"]
+
+
+def test_a_throttled_feed_never_goes_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(link(throttle=True))
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()
+    assert rig.quiet.assigned == [] and rig.source.assigned, "its pause and seek state lives in its own consumer"
+
+
+def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request() -> None:
+    """Before writing into a partition quiet for END_CHECK_IDLE its end is checked (a stray producer); when a burst
+    wakes many partitions at once, one request asks for all their ends (one each made 800 serial requests)."""
+    lk = link()
+    src_kt, units = kafka_topic_name(SRC, "t"), [Unit(DST, "t", p) for p in (0, 1, 2)]
+    source, reader, producer = FakeConsumer(), FakeConsumer(), FakeProducer()
+    partitions = Partitions(reader, GatewayStats("test"), lambda cluster: source)  # type: ignore[arg-type,return-value]
+    mover = Mover(partitions, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
+    plan = Plan([lk], {u: [(lk, src_kt)] for u in units}, {}, [])
+    partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
+    reader.asked.clear()
+    source.queued += [Msg(src_kt, p, 0, b"k") for p in (0, 1, 2)]
+    mover.move_once()
+    dst_kt = kafka_topic_name(DST, "t")
+    assert reader.asked == [("ends", [(dst_kt, 0), (dst_kt, 1), (dst_kt, 2)])], reader.asked
+    assert [len(producer.log[(dst_kt, p)]) for p in (0, 1, 2)] == [1, 1, 1]
+
+
+def test_a_link_whose_feeds_are_all_quiet_is_not_asked_for_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle gateway asked every consumer for records on every pass: at 20 links that was most of its own CPU.
+    A link consumer whose feeds all went quiet holds nothing to read, and the quiet ones are asked every
+    QUIET_POLL_SECONDS, not on every pass."""
+    rig = Rig(link())
+    asked: list[str] = []
+    for name, consumer in (("busy", rig.source), ("quiet", rig.quiet)):
+        real = consumer.consume
+        monkeypatch.setattr(
+            consumer, "consume", lambda n, timeout=0, real=real, name=name: asked.append(name) or real(n)
+        )
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()  # the feed goes quiet
+    asked.clear()
+    for _ in range(20):
+        rig.mover.move_once()
+    assert "busy" not in asked and asked.count("quiet") <= 2, asked

@@ -42,7 +42,13 @@ from .admin import (
     set_topic_configs,
     topics,
 )
-from .brokers import honours_static_membership, leaves_group_safely, watermark_is_exact
+from .brokers import (
+    busy_fetch_wait_ms,
+    honours_static_membership,
+    idle_fetch_wait_ms,
+    leaves_group_safely,
+    watermark_is_exact,
+)
 from .clients import REQUEST_TIMEOUT, admin_client, client_config, consumer, producer
 from .errors import (
     ACCESS_DENIED,
@@ -87,6 +93,8 @@ from .reading import (
 __all__ = [
     "watermark_is_exact",
     "honours_static_membership",
+    "busy_fetch_wait_ms",
+    "idle_fetch_wait_ms",
     "leaves_group_safely",
     "ACCESS_DENIED",
     "COMPACTED",

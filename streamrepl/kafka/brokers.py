@@ -37,3 +37,27 @@ def watermark_is_exact(cluster: Cluster) -> bool:
     read (`reading.true_ends`). Tansu reports the base offset of the last batch + 1 (1 after one batch of 20
     records); noida-db and Apache Kafka report the end (20), transaction markers included."""
     return cluster.broker != "tansu"
+
+
+def busy_fetch_wait_ms(cluster: Cluster) -> int:
+    """How long a fetch of the source partitions that carry records may wait at `cluster` (fetch.wait.max.ms).
+
+    Where the broker answers a waiting fetch as soon as records arrive (Apache Kafka), the wait costs no latency.
+    Tansu sees them only at its next look, which comes later the longer the wait: 10 ms there (a 100 ms wait put
+    the gateway's median latency at 5,000 records/s from about 52 to about 70 ms; BENCHMARKS.md, scale).
+    """
+    return 500 if cluster.broker not in ("tansu", "noida") else 10
+
+
+def idle_fetch_wait_ms(cluster: Cluster) -> int:
+    """How long a fetch of quiet source partitions may wait at `cluster` for records (replication/quiet.py).
+
+    Apache Kafka holds a fetch until records arrive or the wait ends (long polling): a long wait costs no latency
+    and spares the broker the empty fetches of idle partitions. Tansu also holds the fetch but keeps reading every
+    partition of it while it waits, and sees a record that arrives meanwhile only at its next look: 800 idle
+    partitions cost it 91 % of a core at 10 ms, 33 % at 100 ms, 10 % at 500 ms, with a record arriving in an
+    idle partition seen after 46, 61 and 192 ms (median; bench/idle_fetch_probe.py, BENCHMARKS.md). 100 ms keeps
+    that wake within tens of ms. noida-db answers an empty fetch at once whatever the wait (about 1,000 fetches/s
+    from one consumer): the wait changes nothing there.
+    """
+    return 500 if cluster.broker not in ("tansu", "noida") else 100

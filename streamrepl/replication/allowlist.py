@@ -23,6 +23,8 @@ log = logging.getLogger("streamrepl.gateway")
 
 #: how long one read of the status topic waits for records; the list is judged at least this often
 CHECK_SECONDS = 1.0
+#: how long a fetch of the status topic may wait at the broker: the list needs no faster look than CHECK_SECONDS
+FOLLOW_FETCH_WAIT_MS = 500
 
 
 class AllowList:
@@ -61,7 +63,7 @@ class AllowList:
         self.stopping = True
 
     def _follow(self) -> None:
-        consumer = self._new_consumer(self.cluster)
+        consumer = self._new_consumer(self.cluster, **{"fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS})
         try:
             consumer.assign([TopicPartition(statustopic.STATUS_TOPIC, 0, 0)])
             gateways: list[str] = []

@@ -33,19 +33,25 @@ from .metrics import MetricsServer, serve
 from .mover import Mover
 from .partitions import Partitions, source_consumer
 from .plan import Planner
+from .quiet import QuietFeeds, quiet_source_consumer
 from .reports import REPORT_SECONDS, StatusReports
 from .stats import GatewayStats
 from .watcher import PlanWatcher
 
 log = logging.getLogger("streamrepl.gateway")
 
-#: how long the loop sleeps when no source had records (the source fetch waits are short too: latency)
+#: How long the loop sleeps when no source had records: briefly while records flow (the gaps between batches),
+#: longer once every source was quiet for QUIET_AFTER seconds, so that an idle gateway costs next to nothing and
+#: a record that wakes an idle partition waits at most IDLE_SLEEP_QUIET more (see BENCHMARKS.md, scale).
 IDLE_SLEEP = 0.002
+IDLE_SLEEP_QUIET = 0.01
+QUIET_AFTER = 1.0
 
 
 class Gateway:
     """`tuning` defaults to the environment's (settings.gateway()); the client factories default to real ones
-    (`new_consumer` makes the replica reader, the group consumer and the metadata watch)."""
+    (`new_consumer` makes the replica reader, the group consumer and the metadata watch; `new_quiet_consumer` the
+    consumers of quiet feeds, quiet.py: by default only when the source consumers are the real ones)."""
 
     def __init__(
         self,
@@ -56,6 +62,7 @@ class Gateway:
         new_consumer: Callable[..., Consumer] = kafka.consumer,
         new_producer: Callable[..., Producer] = kafka.producer,
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
+        new_quiet_consumer: Callable[[Cluster], Consumer] | None = None,
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
@@ -67,8 +74,14 @@ class Gateway:
         self.plan: Plan | None = None
         self.stats = GatewayStats(self.id)
         self._new_producer = new_producer
+        if new_quiet_consumer is None and new_source_consumer is source_consumer:
+            new_quiet_consumer = quiet_source_consumer
         self.partitions = Partitions(
-            new_consumer(self.cluster), self.stats, new_source_consumer, on_fail=self._report_failure
+            new_consumer(self.cluster),
+            self.stats,
+            new_source_consumer,
+            on_fail=self._report_failure,
+            quiet=QuietFeeds(new_quiet_consumer) if new_quiet_consumer is not None else None,
         )
         self.mover = Mover(
             self.partitions, self._producer, self.tuning.throttle_rate, gateway_id=self.id, cluster_name=cluster
@@ -191,7 +204,7 @@ class Gateway:
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
         reported_holding = (0, 0)
-        started = time.monotonic()
+        started = last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
         try:
             while not self.stopping:
@@ -216,8 +229,10 @@ class Gateway:
                 if now >= next_report or holding != reported_holding:
                     next_report, reported_holding = now + REPORT_SECONDS, holding
                     self.reports.all()
-                if not busy:
-                    time.sleep(IDLE_SLEEP)
+                if busy:
+                    last_busy = now
+                else:
+                    time.sleep(IDLE_SLEEP if now - last_busy < QUIET_AFTER else IDLE_SLEEP_QUIET)
         finally:
             self.shutdown()
 

@@ -104,7 +104,11 @@ class SlotGroup:
                     f" with -id {self.gateway_id}; give each gateway its own -id"
                 )
 
-    def _on_assign(self, _: Any, parts: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        # The slots are never read: paused, they cost the destination no fetches (an empty fetch of 64
+        # partitions every few ms was most of what an idle gateway cost its destination broker).
+        consumer.assign(parts)
+        consumer.pause(parts)
         self.stats.rebalances += 1
         self.slots = {tp.partition for tp in parts}
         log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))

@@ -17,6 +17,7 @@ from .. import kafka, policy
 from ..applier import ReplicaConflict
 from ..divergence import filler_tail, tail_of
 from ..kafka import KafkaException, Message, Producer, TopicPartition
+from . import quieting
 from .links import Link
 from .membership import SLOT_TOPIC
 from .partitions import Partitions, UnitState
@@ -34,6 +35,16 @@ END_CHECK_IDLE = 0.5
 #: After such a restart, how long the destination must have answered before partitions are taken up again:
 #: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
 RESTART_GRACE_SECONDS = 2.0
+#: How often the quiet consumers are asked for records: their fetches wait far longer than this anyway (quiet.py),
+#: and asking each of them on every pass of an idle loop was most of an idle gateway's own CPU at 800 partitions.
+QUIET_POLL_SECONDS = 0.02
+#: ListOffsets' "latest": asked for by offsets_for_times, the end of a partition (the high watermark)
+LATEST = -1
+#: How often an idle loop walks every partition for delivery errors and feeds waiting for their source. A pass
+#: that served delivery reports checks them at once; errors are only ever set by those reports (also served by
+#: flushes and the BufferError wait, which this catches within the period). At 800 partitions and a pass every
+#: few ms, walking them on every pass was most of an idle gateway's CPU.
+SWEEP_SECONDS = 0.25
 
 
 class Mover:
@@ -61,26 +72,54 @@ class Mover:
         self._answering_since: float | None = None
         self._end_checks_off_until = 0.0
         self._observers: dict[str, Callable[[float], None]] = {}
+        self._next_sweep = 0.0
+        self._next_quiet_poll = 0.0
+        #: replica partition -> its end, asked for ahead for the partitions one batch wakes (_ends_of_waking)
+        self._ends_ahead: dict[tuple[str, int], int] = {}
+        #: when the first throttled partition is due to resume (inf: none is throttled)
+        self._unthrottle_at = float("inf")
 
     def move_once(self) -> int:
         """One pass over the source consumers; returns the records seen (0: idle)."""
         busy = 0
+        quiet = self.partitions.quiet
+        now = time.monotonic()
         for name, c in list(self.partitions.sources.items()):
             link = self.partitions.links_by_source.get(name)
             if link is None:
                 continue
+            if quiet is not None and quiet.count.get(name, 0) >= self.partitions.feed_count.get(name, 0):
+                continue  # every feed of the link is quiet: its consumer holds nothing to read
             msgs = c.consume(BATCH, timeout=0)
             # A source cluster lost meanwhile (heard during consume): its partitions are compared with the replica
             # before anything more of it is written; this batch's records are fetched again if they still match.
             self.partitions.recheck_lost_sources()
             if msgs:
                 busy += self.apply_batch(link, msgs)
-        self.producer.poll(0)
+        polls_quiet = now >= self._next_quiet_poll
+        if polls_quiet:
+            self._next_quiet_poll = now + QUIET_POLL_SECONDS
+        for name, c in list(quiet.consumers.items()) if quiet is not None and polls_quiet else []:
+            link = self.partitions.links_by_source.get(name)
+            msgs = c.consume(BATCH, timeout=0) if link is not None else []
+            self.partitions.recheck_lost_sources()  # as above: a source lost meanwhile is compared first
+            if msgs:
+                busy += self.apply_batch(link, msgs)  # type: ignore[arg-type]
+                for topic, partition in {(m.topic(), m.partition()) for m in msgs if m.error() is None}:
+                    quieting.wake(self.partitions, name, topic, partition)  # type: ignore[arg-type]
+        served = self.producer.poll(0)
         if self.partitions.stale_producer:
             self.restart_writes(f"a partition it wrote was re-created: {self.partitions.stale_producer}")
-        self.check_writes()
-        self.unthrottle()
-        self.partitions.retry_unverified()
+        now = time.monotonic()
+        sweep = now >= self._next_sweep
+        if sweep:
+            self._next_sweep = now + SWEEP_SECONDS
+            self.partitions.retry_unverified()
+            quieting.quieten_idle(self.partitions)
+        if sweep or served:
+            self.check_writes()
+        if now >= self._unthrottle_at:
+            self.unthrottle()
         return busy
 
     def apply_batch(self, link: Link, msgs: list[Message]) -> int:
@@ -95,12 +134,16 @@ class Mover:
                 eofs.append(m)
             else:
                 log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
-        for (topic, partition), batch in by_tp.items():
-            unit = self.partitions.by_source.get((link.name, topic, partition))
-            state = units.get(unit) if unit else None
-            if state is None:
-                continue
-            self._write(state, link, batch)
+        self._ends_ahead = self._ends_of_waking(link, by_tp)
+        try:
+            for (topic, partition), batch in by_tp.items():
+                unit = self.partitions.by_source.get((link.name, topic, partition))
+                state = units.get(unit) if unit else None
+                if state is None:
+                    continue
+                self._write(state, link, batch)
+        finally:
+            self._ends_ahead = {}
         for m in eofs:
             unit = self.partitions.by_source.get((link.name, m.topic(), m.partition()))  # type: ignore[arg-type]
             state = units.get(unit) if unit else None
@@ -110,6 +153,29 @@ class Mover:
                 state.writer.fill_to(m.offset())  # type: ignore[arg-type]
                 state.tail = filler_tail(state.writer.origin or state.writer.src_uuid)
         return len(msgs)
+
+    def _ends_of_waking(self, link: Link, by_tp: dict[tuple[str, int], list[Message]]) -> dict[tuple[str, int], int]:
+        """The ends of the replica partitions a batch wakes (see _end_unchanged), asked for in one request when there
+        are several: after a quiet spell a burst into 800 partitions woke them all, one request each, on the loop."""
+        now = time.monotonic()
+        if now < self._end_checks_off_until or len(by_tp) < 2:
+            return {}
+        tps = []
+        for (topic, partition), batch in by_tp.items():
+            unit = self.partitions.by_source.get((link.name, topic, partition))
+            state = self.partitions.units.get(unit) if unit else None
+            if state is None:
+                continue
+            w = state.writer
+            if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, batch[-1].offset()) >= w.next:
+                tps.append(TopicPartition(w.topic, w.partition, LATEST))
+        if len(tps) < 2:
+            return {}
+        try:
+            got = self.reader.offsets_for_times(tps, timeout=END_CHECK_TIMEOUT)
+        except KafkaException:
+            return {}  # each is asked for alone, as before
+        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.error is None and tp.offset >= 0}
 
     def _end_unchanged(self, state: UnitState, origin: str) -> bool:
         """Before writing into a partition whose writes are all acknowledged and that was quiet for
@@ -124,9 +190,11 @@ class Mover:
             return True
         w = state.writer
         try:
-            _, high = self.reader.get_watermark_offsets(
-                TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
-            )
+            high = self._ends_ahead.get((w.topic, w.partition), -1)
+            if high < 0:
+                _, high = self.reader.get_watermark_offsets(
+                    TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
+                )
         except KafkaException:
             # The destination does not answer: do not stall every partition on it; writes are checked on delivery.
             self._end_checks_off_until = now + 10
@@ -200,14 +268,18 @@ class Mover:
             tp = state.feeds[link.name][1]
             if c is not None:
                 state.throttled_until = time.monotonic() + len(batch) / self.throttle_rate
+                self._unthrottle_at = min(self._unthrottle_at, state.throttled_until)
                 c.pause([TopicPartition(tp.topic, tp.partition)])
                 if rest:
                     c.seek(TopicPartition(tp.topic, tp.partition, cast(int, rest[0].offset())))
 
     def unthrottle(self) -> None:
         now = time.monotonic()
+        self._unthrottle_at = float("inf")
         for state in self.partitions.units.values():
-            if state.throttled_until and state.throttled_until <= now:
+            if state.throttled_until > now:
+                self._unthrottle_at = min(self._unthrottle_at, state.throttled_until)
+            elif state.throttled_until:
                 state.throttled_until = 0.0
                 for name, (_, tp) in state.feeds.items():
                     c = self.partitions.sources.get(name)

@@ -21,12 +21,11 @@ from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from .links import Link, Plan, Unit
+from .quiet import QuietFeeds
 from .stats import GatewayStats
 
 log = logging.getLogger("streamrepl.gateway")
 
-#: how long a source fetch waits for records at the broker (Tansu answers at the deadline, not on arrival)
-SOURCE_FETCH_WAIT_MS = 10
 #: A partition whose source is read below the replica's end again is checked for divergence at most this often.
 REREAD_CHECK_SECONDS = 5.0
 #: How long a divergence check waits for a source; one that does not answer is asked again after RETRY_SECONDS
@@ -36,9 +35,10 @@ RETRY_SECONDS = 5.0
 
 
 def source_consumer(cluster: Cluster, on_error: Callable[[Any], None] | None = None) -> Consumer:
-    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues; `on_error` hears
-    the client's global errors (a cluster whose brokers are all down)."""
-    extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
+    """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
+    the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py.
+    `on_error` hears the client's global errors (a cluster whose brokers are all down)."""
+    extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster), "queued.min.messages": 200000}
     if on_error is not None:
         extra["error_cb"] = on_error
     return kafka.consumer(cluster, **extra)
@@ -61,6 +61,8 @@ class UnitState:
     checked_at: float = 0.0
     #: feeds not started yet because their source could not be compared with the replica (link name -> feed)
     unverified: dict[str, tuple[Link, str]] = field(default_factory=dict)
+    #: when the unit was acquired or its feed last moved between consumers (monotonic; see quiet.py)
+    active_at: float = field(default_factory=time.monotonic)
 
     @property
     def sole_feed(self) -> bool:
@@ -81,6 +83,7 @@ class Partitions:
         stats: GatewayStats,
         new_source_consumer: Callable[..., Consumer] = source_consumer,
         on_fail: Callable[[Unit, str], None] = _no_report,
+        quiet: QuietFeeds | None = None,
     ):
         self.reader = reader
         self.stats = stats
@@ -92,6 +95,8 @@ class Partitions:
         #: link name -> when its source, which did not answer a check, is asked again (monotonic)
         self._retry_at: dict[str, float] = {}
         self.by_source: dict[tuple[str, str, int], Unit] = {}  # (link, src topic, partition) -> unit
+        #: link name -> how many feeds its consumer holds (quiet ones included: quiet.py)
+        self.feed_count: dict[str, int] = {}
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
@@ -102,6 +107,8 @@ class Partitions:
         #: why the producer must be replaced before a partition is taken up again ("" when it need not be)
         self.stale_producer = ""
         self.on_fail = on_fail
+        #: the feeds that brought no records for a while, read with long fetch waits (None: every feed stays put)
+        self.quiet = quiet
 
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
@@ -189,16 +196,20 @@ class Partitions:
         self._source_consumer(link).incremental_assign([tp])
         state.feeds[link.name] = (link, tp)
         self.by_source[(link.name, src_kt, tp.partition)] = state.unit
+        self.feed_count[link.name] = self.feed_count.get(link.name, 0) + 1
 
     def _remove_feed(self, state: UnitState, name: str) -> None:
         link, tp = state.feeds.pop(name)
         c = self.sources.get(name)
-        if c is not None:
+        if self.quiet is not None and self.quiet.holds(name, tp):
+            self.quiet.release(name, tp)
+        elif c is not None:
             try:
                 c.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.by_source.pop((name, tp.topic, tp.partition), None)
+        self.feed_count[name] -= 1
 
     def drop(self, unit: Unit) -> None:
         state = self.units.pop(unit, None)
@@ -320,6 +331,8 @@ class Partitions:
             self.sources.pop(name).close()
         for name in [n for n in self.probes if n not in live]:
             self.probes.pop(name).close()
+        if self.quiet is not None:
+            self.quiet.close_unused(live)
         self.links_by_source = {
             name: next(state.feeds[name][0] for state in self.units.values() if name in state.feeds)
             for name in self.sources
@@ -354,6 +367,8 @@ class Partitions:
         for state in list(self.units.values()):
             for name, (_, tp) in list(state.feeds.items()):
                 c = self.sources.get(name)
+                if self.quiet is not None:
+                    c = self.quiet.consumer_of(name, tp, c)
                 if c is None:
                     continue
                 try:
@@ -369,4 +384,6 @@ class Partitions:
             c.close()
         self.sources.clear()
         self.probes.clear()
+        if self.quiet is not None:
+            self.quiet.close()
         self.reader.close()

@@ -22,7 +22,12 @@ from .plan import Planner
 
 log = logging.getLogger("streamrepl.gateway")
 
+#: how often the topics are listed again (topics a plain Kafka client made are adopted, replica topics made)
 REFRESH_SECONDS = 2.0
+#: how often the stream records are read again although no metadata topic's end moved (a backstop: a change is
+#: seen at once from the ends; reading every stream record of every cluster each REFRESH_SECONDS was most of an
+#: idle gateway's own CPU at 20 streams)
+FULL_READ_SECONDS = 30.0
 #: how often the plan watcher asks whether any stream record changed (a change is applied at once)
 CHANGE_POLL_SECONDS = 0.2
 #: how long asking for the end of a metadata topic may take
@@ -55,9 +60,16 @@ class PlanWatcher:
     def _watch(self) -> None:
         logged: list[str] = []
         plan: Plan | None = None
+        changed, next_full_read = True, 0.0
+        #: the metadata topics' ends taken just before the stream records were last read: a record written while
+        #: they were read moves an end past these, and is read at the next change poll
+        read_ends: dict[str, int] = {}
         while not self.stopping:
             try:
-                plan = self.planner.discover()
+                if plan is None or changed or plan.problems or time.monotonic() >= next_full_read:
+                    next_full_read = time.monotonic() + FULL_READ_SECONDS
+                    read_ends = self._metadata_ends(plan.clusters) if plan is not None else {}
+                    plan = self.planner.discover()
                 if self.planner.adopt_source_topics(plan):
                     plan = self.planner.discover()
                 if plan.problems != logged:
@@ -72,23 +84,29 @@ class PlanWatcher:
                 log.warning("cannot read replication metadata: %s", e)
             except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
                 log.exception("reading replication metadata failed")
-            self._wait_for_metadata_change(plan.clusters if plan is not None else [])
+            changed = self._wait_for_metadata_change(plan.clusters if plan is not None else [], read_ends)
             self._refresh_now.clear()
         for c in self._meta_watch.values():
             c.close()
 
-    def _wait_for_metadata_change(self, clusters: list[Cluster]) -> None:
-        """Wait until REFRESH_SECONDS pass, or sooner when a stream record was written in one of the clusters
-        the plan was read from (`replica resume`, `topic create`...): asking for the end of each metadata
-        topic every CHANGE_POLL_SECONDS costs one small request per cluster, a full read costs far more."""
-        ends = self._metadata_ends(clusters)
+    def _wait_for_metadata_change(self, clusters: list[Cluster], read_ends: dict[str, int] | None = None) -> bool:
+        """Wait until REFRESH_SECONDS pass (False), or sooner when a stream record was written in one of the
+        clusters the plan was read from (`replica resume`, `topic create`...; True): asking for the end of each
+        metadata topic every CHANGE_POLL_SECONDS costs one small request per cluster, a full read costs far more.
+        A cluster whose end cannot be read counts as changed: what it holds is read again when it answers."""
+        ends = self._metadata_ends([c for c in clusters if c.name not in (read_ends or {})])
+        ends.update({c.name: (read_ends or {})[c.name] for c in clusters if c.name in (read_ends or {})})
+        if any(end < 0 for end in ends.values()):
+            self._refresh_now.wait(REFRESH_SECONDS)
+            return True
         deadline = time.monotonic() + REFRESH_SECONDS
         while not self.stopping and time.monotonic() < deadline:
             if self._refresh_now.wait(CHANGE_POLL_SECONDS):
-                return
+                return True
             now = self._metadata_ends(clusters)
-            if any(now.get(name, -1) != end for name, end in ends.items() if end >= 0):
-                return
+            if any(now.get(name, -1) != end for name, end in ends.items()):
+                return True
+        return False
 
     def _metadata_ends(self, clusters: list[Cluster]) -> dict[str, int]:
         """The end of each cluster's metadata topic (-1 when it cannot be read now)."""

@@ -1,0 +1,45 @@
+"""Moving feeds between a link's consumer and its quiet consumer (quiet.py), from the mover's loop."""
+
+from __future__ import annotations
+
+import time
+
+from .partitions import Partitions
+from .quiet import due
+
+
+def quieten_idle(partitions: Partitions) -> None:
+    """Feeds that brought no record for quiet.QUIET_SECONDS move to their link's quiet consumer (see quiet.py)."""
+    quiet = partitions.quiet
+    if quiet is None:
+        return
+    now = time.monotonic()
+    for state in partitions.units.values():
+        if len(state.feeds) != 1 or state.unverified or state.throttled_until or not state.writer.idle():
+            continue
+        ((name, (link, tp)),) = state.feeds.items()
+        busy = partitions.sources.get(name)
+        if (
+            busy is None
+            or link.throttle
+            or name not in state.rechecked
+            or quiet.holds(name, tp)
+            or not due(max(state.last_write, state.active_at), now)
+        ):
+            continue
+        quiet.quieten(name, link.src_cluster, tp, busy, state.writer.next)
+        state.active_at = now
+
+
+def wake(partitions: Partitions, name: str, topic: str, partition: int) -> None:
+    """A quiet feed brought records: back to its link's consumer, from where its writer is now."""
+    unit = partitions.by_source.get((name, topic, partition))
+    state = partitions.units.get(unit) if unit else None
+    busy = partitions.sources.get(name)
+    quiet = partitions.quiet
+    if quiet is None or state is None or busy is None or name not in state.feeds:
+        return
+    tp = state.feeds[name][1]
+    if quiet.holds(name, tp):
+        quiet.wake(name, tp, busy, state.writer.next)
+        state.active_at = time.monotonic()
