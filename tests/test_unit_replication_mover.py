@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from streamrepl import policy
 from streamrepl.paths import StreamPath, kafka_topic_name
@@ -213,3 +213,73 @@ def test_a_failed_delivery_restarts_the_writes_or_fails_the_partition(uncertain:
         assert rig.mover.restart_pending
     else:
         assert rig.stats.write_restarts == 0 and rig.unit in rig.partitions.errored
+
+
+class FatalProducer(FakeProducer):
+    """A producer in a fatal state, as confluent_kafka shows one: poll and flush raise (inside a rebalance
+    callback the error comes out mangled, as a SystemError)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def poll(self, timeout: float = 0) -> int:
+        raise self.error
+
+    def flush(self, timeout: float = 0) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize("call", ["poll", "flush"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, fatal=True)),
+        SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception"),
+    ],
+)
+def test_a_producer_in_a_fatal_state_is_replaced_and_the_gateway_goes_on(call: str, error: BaseException) -> None:
+    """The destination broker came back without the idempotent producer's state ("out of order sequence number"):
+    the writes start again with a new producer; nothing escapes to stop the gateway."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    rig.mover.producer = FatalProducer(error)
+    if call == "poll":
+        rig.mover.move_once()
+    else:
+        assert rig.mover.flush(30) == 0
+    assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer
+    assert not rig.partitions.units and not rig.partitions.errored, "let go, to start again from the real end"
+
+
+def test_a_record_landing_below_its_offset_restarts_the_writes_without_a_conflict() -> None:
+    """The replica partition ends below where the writer went on: its broker lost acknowledged records. Not
+    another writer (its records push ours up): the partition starts again from its real end, not failed."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1, 2])
+    rig.mover.move_once()
+    state = rig.partitions.units[rig.unit]
+    state.writer._delivered(5)(None, Msg("x", 0, 3, None))
+    rig.mover.check_writes()
+    assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
+
+
+class ShrunkReader(FakeConsumer):
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        return (0, 1)
+
+
+def test_an_idle_partition_whose_end_moved_back_is_taken_up_again_from_its_real_end() -> None:
+    """Quiet when its broker crashed: the end check before the next write sees the replica end below the writer's
+    position, and the writes start again from the real end instead of landing below their offsets."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1, 2])
+    rig.mover.move_once()
+    rig.mover.move_once()  # deliveries acknowledged: the writer is idle at 3
+    rig.partitions.units[rig.unit].last_write = 0.0  # quiet for long
+    rig.partitions.reader = rig.mover.reader = ShrunkReader()
+    rig.feed(SRC, [3])
+    rig.mover.move_once()
+    assert len(rig.replica()) == 3, "nothing written below its offset"
+    assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed

@@ -136,7 +136,7 @@ class Gateway:
 
     def _give_up(self, lost: set[int]) -> None:
         # Everything queued for the partitions we give up must land before another gateway starts on them.
-        self.mover.producer.flush(30)
+        self.mover.flush(30)
         for unit in [u for u in self.partitions.units if slot_of(u) in lost]:
             self.partitions.drop(unit)
 
@@ -228,7 +228,7 @@ class Gateway:
             self.cursor_sync.stop(timeout=5)
         log.info("gateway %s stopping", self.id)
         self.reports.stopped()
-        left = self.mover.producer.flush(30)
+        left = self.mover.flush(30)
         if left:
             log.error("%d records were not acknowledged before shutdown", left)
         if self.leave_group:

@@ -36,6 +36,10 @@ END_CHECK_IDLE = 0.5
 RESTART_GRACE_SECONDS = 2.0
 
 
+def _why(e: Exception) -> str:
+    return str(e.args[0].str() if e.args and hasattr(e.args[0], "str") else e)
+
+
 class Mover:
     """`throttle_rate`: records/s per partition of a throttled link; the gateway and its cluster name the logs."""
 
@@ -72,7 +76,7 @@ class Mover:
             msgs = c.consume(BATCH, timeout=0)
             if msgs:
                 busy += self.apply_batch(link, msgs)
-        self.producer.poll(0)
+        self.poll_producer()
         self.check_writes()
         self.unthrottle()
         self.partitions.retry_unverified()
@@ -126,6 +130,14 @@ class Mover:
             # The destination does not answer: do not stall every partition on it; writes are checked on delivery.
             self._end_checks_off_until = now + 10
             return True
+        if high < w.next:
+            # The destination broker came back without records it had acknowledged (a crash between its saves,
+            # an unclean leader election): a write now would land below its offset. Start again from the real end.
+            self.restart_writes(
+                f"{w.label}: the replica partition ends at offset {high}, below offset {w.next} where this gateway"
+                " left it (its broker lost acknowledged records)"
+            )
+            return False
         if high > w.next:
             try:
                 rec = kafka.last_record(self.reader, TopicPartition(w.topic, w.partition), high)
@@ -181,14 +193,16 @@ class Mover:
                 break
             except BufferError:
                 # The destination is behind: let it drain, then go on from where the writer stopped.
-                self.producer.poll(0.2)
+                self.poll_producer(0.2)
+                if self.partitions.units.get(state.unit) is not state:
+                    return  # the writes were restarted meanwhile
                 batch = [m for m in batch if m.offset() >= state.writer.next]  # type: ignore[operator]
             except ReplicaConflict as e:
                 self.partitions.fail(state.unit, str(e))
                 return
             except KafkaException as e:
                 # The producer is in a fatal state (fenced): nothing more can be written through it.
-                self.restart_writes(str(e.args[0].str() if e.args else e))
+                self.restart_writes(_why(e))
                 return
         if link.throttle:
             c = self.partitions.sources.get(link.name)
@@ -208,6 +222,25 @@ class Mover:
                     c = self.partitions.sources.get(name)
                     if c is not None:
                         c.resume([TopicPartition(tp.topic, tp.partition)])
+
+    def poll_producer(self, timeout: float = 0) -> None:
+        """Serve the producer's delivery reports. A producer in a fatal state raises here (an idempotent producer
+        whose destination broker came back without its state: "out of order sequence number"): the writes start
+        again with a new one, the gateway goes on."""
+        try:
+            self.producer.poll(timeout)
+        except (KafkaException, SystemError) as e:
+            self.restart_writes(_why(e))
+
+    def flush(self, timeout: float) -> int:
+        """Wait for the queued records to be acknowledged; returns how many were not. A producer in a fatal state
+        restarts the writes (its records' fate is unknown: every partition starts again from its real end)."""
+        try:
+            return cast(int, self.producer.flush(timeout))
+        except (KafkaException, SystemError) as e:
+            # SystemError: the fatal error raised inside a rebalance callback reaches us mangled (see membership.py).
+            self.restart_writes(_why(e))
+            return 0
 
     def check_writes(self) -> None:
         units = self.partitions.units
@@ -237,7 +270,7 @@ class Mover:
         try:
             old.purge(in_queue=True, in_flight=True)
             old.poll(0)
-        except (KafkaException, RuntimeError):
+        except (KafkaException, RuntimeError, SystemError):  # a producer in a fatal state raises here too
             pass
         self.producer = self._new_producer()
         self.restart_pending = True

@@ -243,7 +243,11 @@ class Partitions:
         """Own exactly the `wanted` units of the plan whose replica topic is `present`: drop the others (their
         queued records delivered first), acquire the new ones when `ready`, follow the feeds of the others."""
         for unit in [u for u in self.units if u not in wanted]:
-            producer.flush(30)
+            try:
+                producer.flush(30)
+            except KafkaException as e:
+                # A producer in a fatal state: its records' delivery reports restart the writes (Mover.check_writes).
+                log.warning("%s: the writes queued before letting it go failed: %s", unit.key, e)
             self.drop(unit)
         for unit, feeds in wanted.items():
             if unit in self.errored:
