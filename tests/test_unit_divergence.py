@@ -314,6 +314,33 @@ def test_a_running_partition_whose_source_now_ends_below_it_stops() -> None:
     assert "diverged at offset 3: the source now ends at offset 3" in error
 
 
+def test_a_source_broker_that_came_back_with_another_history_is_compared_before_its_records_are_written() -> None:
+    """The source's broker crashed and came back without records the replica holds, and new records took their
+    offsets and went past the replica's end before the feed fetched again: read on from the replica's end, the
+    feed would append the new history after the old one (the chaos suite's source crash found replicas mixed so,
+    with nothing reported). The lost connection stops the feed; the comparison sees the other record."""
+    rig = Rig(replicated(10), history(10))
+    new_history = history(14, tag="w")
+    rig.probe.logs[SKT] = new_history
+    rig.partitions.source_lost("sf")  # what the source consumer's error_cb reports
+    rig.feed.queued = new_history[10:]
+    rig.mover.move_once()
+    assert rig.producer.written == [], "nothing of the new history written"
+    (error,) = rig.failed
+    assert "diverged at offset 9: the source's record there is not the one replicated" in error
+
+
+def test_a_source_broker_that_came_back_with_its_history_is_fed_again_from_the_replicas_end() -> None:
+    rig = Rig(replicated(10), history(10))
+    rig.probe.logs[SKT] = history(12)
+    rig.partitions.source_lost("sf")
+    rig.mover.move_once()
+    assert not rig.failed and rig.feed.assigned == [(SKT, 0, 10), (SKT, 0, 10)], "fed again from the replica's end"
+    rig.feed.queued = history(12)[10:]
+    rig.mover.move_once()
+    assert len(rig.producer.written) == 2 and not rig.failed
+
+
 # -- copystream ---------------------------------------------------------------------------------
 def _rerun_check(copy: list[Msg], source: list[Msg]) -> str | None:
     src, dst = LogConsumer({SKT: source}), LogConsumer({DKT: copy})

@@ -283,3 +283,21 @@ def test_an_idle_partition_whose_end_moved_back_is_taken_up_again_from_its_real_
     rig.mover.move_once()
     assert len(rig.replica()) == 3, "nothing written below its offset"
     assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
+
+
+def test_a_lost_connection_to_the_destination_throws_away_what_the_producer_holds() -> None:
+    """A destination broker that went away may come back without records it acknowledged; what the producer still
+    holds would land at its new end, below their offsets. The writes restart before it is back (while nothing is
+    held, a lost connection changes nothing: no restart loop while the broker stays down)."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    first = rig.producer
+    rig.producer = FakeProducer()
+    rig.mover.destination_lost("Disconnected")
+    rig.mover.move_once()
+    assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer is not first
+    assert not rig.partitions.units and not rig.partitions.errored
+    rig.mover.destination_lost("Connection refused")
+    rig.mover.move_once()
+    assert rig.stats.write_restarts == 1, "nothing held: nothing to restart"

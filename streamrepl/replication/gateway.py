@@ -14,6 +14,7 @@ status reports, the cursor sync and the metrics endpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -67,6 +68,10 @@ class Gateway:
         self.plan: Plan | None = None
         self.stats = GatewayStats(self.id)
         self._new_producer = new_producer
+        if new_source_consumer is source_consumer:
+            # Real source consumers report a lost connection, so that their feeds are checked again (see
+            # Partitions.recheck_lost_sources).
+            new_source_consumer = functools.partial(source_consumer, on_lost=self._source_lost)
         self.partitions = Partitions(
             new_consumer(self.cluster), self.stats, new_source_consumer, on_fail=self._report_failure
         )
@@ -127,8 +132,14 @@ class Gateway:
                 # real ends with a new producer (Mover.restart_writes).
                 "message.timeout.ms": self.tuning.message_timeout_ms,
                 "client.id": f"streamrepl-gateway-{self.id}",
+                "error_cb": self._producer_error,
             },
         )
+
+    def _producer_error(self, err: kafka.KafkaError) -> None:
+        # Runs inside librdkafka (the producer's poll): records the fact, nothing that could raise.
+        if err.code() in kafka.TRANSPORT:
+            self.mover.destination_lost(err.str())
 
     # -- the pieces' callbacks ----------------------------------------------------------------
     def _plan_again(self) -> None:
@@ -139,6 +150,9 @@ class Gateway:
         self.mover.flush(30)
         for unit in [u for u in self.partitions.units if slot_of(u) in lost]:
             self.partitions.drop(unit)
+
+    def _source_lost(self, cluster: str) -> None:
+        self.partitions.source_lost(cluster)
 
     def _report_failure(self, unit: Unit, error: str) -> None:
         self.reports.unit(unit, "error", error)

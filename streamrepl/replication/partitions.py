@@ -35,9 +35,19 @@ CHECK_TIMEOUT = 2.0
 RETRY_SECONDS = 5.0
 
 
-def source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues."""
+def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
+    """A consumer of source partitions, tuned for latency (short fetch waits) and long queues. `on_lost(cluster
+    name)` is called (from within its consume) when it lost its connection to a broker of the cluster."""
     extra: dict[str, Any] = {"fetch.wait.max.ms": SOURCE_FETCH_WAIT_MS, "queued.min.messages": 200000}
+    if on_lost is not None:
+        name = cluster.name
+
+        def error_cb(err: kafka.KafkaError) -> None:
+            # Runs inside librdkafka: records the fact, nothing that could raise.
+            if err.code() in kafka.TRANSPORT:
+                on_lost(name)
+
+        extra["error_cb"] = error_cb
     return kafka.consumer(cluster, **extra)
 
 
@@ -93,6 +103,8 @@ class Partitions:
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
         self.on_fail = on_fail
+        #: source clusters whose consumer lost its connection since the loop last looked (see source_lost)
+        self._lost_sources: set[str] = set()
 
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
@@ -148,8 +160,29 @@ class Partitions:
             self.links_by_source[name] = link
         return True
 
+    def source_lost(self, cluster: str) -> None:
+        """A source consumer lost its connection to a broker of `cluster` (called from inside its consume)."""
+        self._lost_sources.add(cluster)
+
+    def recheck_lost_sources(self) -> None:
+        """The feeds of a source cluster whose connection was lost stop and are compared with their replicas again
+        before they go on (verify_feeds). A broker that crashed can come back without records it had acknowledged
+        and replicated, and take new ones at their offsets; read on from the replica's end, the feed would append
+        the new history after the old one and no check would see it. Checked before anything is fetched from the
+        broker that came back, the replica's last record differs from the source's there: a divergence."""
+        if not self._lost_sources:
+            return
+        lost, self._lost_sources = self._lost_sources, set()
+        for state in self.units.values():
+            for name, (link, tp) in list(state.feeds.items()):
+                if link.src_cluster.name in lost:
+                    log.info("%s: lost the connection to source %s; comparing with it again", state.unit.key, link.src)
+                    self._remove_feed(state, name)
+                    state.unverified[name] = (link, tp.topic)
+
     def retry_unverified(self) -> None:
         """Called from the loop: the feeds whose source did not answer when their partition was acquired."""
+        self.recheck_lost_sources()
         for unit, state in list(self.units.items()):
             if state.unverified and unit not in self.errored:
                 self.verify_feeds(state)
