@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.clusters import crash_broker
+from support.clusters import crash_broker, wait_saved
 from support.streams import (
     Gateways,
     SteadyProducer,
@@ -60,7 +60,8 @@ def test_a_destination_broker_crash_under_load_is_refilled_from_the_source(
         try:
             wait_until(lambda: same_ends(ny, sp(dst), ny, sp(dst), TOPICS), 60, "the replica topic")
             wait_until(lambda: sum(true_ends(ny, sp(dst), TOPICS).values()) > 2000, 60, "replication to start")
-            time.sleep(1.5)
+            wait_saved(ec, "newyork")  # then a second of records that the crash takes
+            time.sleep(1)
             before = true_ends(ny, sp(dst), TOPICS)
             crash_broker(ec, "newyork", down_seconds=1)
             after = true_ends(ny, sp(dst), TOPICS)

@@ -135,6 +135,12 @@ class Mover:
             self._end_checks_off_until = now + 10
             return True
         if high < w.next:
+            # The watermark can under-count (Tansu: the last batch's base offset + 1): read the real end.
+            try:
+                high = kafka.true_end(self.reader, TopicPartition(w.topic, w.partition), END_CHECK_TIMEOUT)
+            except (KafkaException, TimeoutError):
+                return True  # the destination does not answer now: writes are checked on delivery
+        if high < w.next:
             # The destination broker came back without records it had acknowledged (a crash between its saves,
             # an unclean leader election): a write now would land below its offset. Start again from the real end.
             self.restart_writes(

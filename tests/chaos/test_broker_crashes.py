@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 from chaostools import FULL, Chaos
-from support.clusters import crash_broker
+from support.clusters import crash_broker, wait_saved
 from support.streams import (
     Gateways,
     SteadyProducer,
@@ -40,7 +40,7 @@ from support.streams import (
 )
 from test_chaos import settle, wait_writing
 
-from streamrepl.local import EphemeralClusters, data_dir
+from streamrepl.local import EphemeralClusters
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
 
@@ -70,11 +70,8 @@ def pair(c: Chaos) -> tuple[str, str]:
 
 
 def saved(c: Chaos, cluster: str) -> None:
-    """Until the broker saved its data (noida-db writes kafka.json every few seconds): the streams and the link
-    just made must survive the crash, which is to take records only."""
-    data = data_dir(c.ec.state_dir, cluster) / "kafka.json"
-    since = time.time()
-    wait_until(lambda: data.exists() and data.stat().st_mtime > since, 30, f"{cluster}'s broker to save its data")
+    """The streams and the link just made must survive the crash, which is to take records only."""
+    wait_saved(c.ec, cluster)
 
 
 def gateway_alive(c: Chaos) -> None:

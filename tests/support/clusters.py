@@ -97,3 +97,14 @@ def crash_broker(ec: EphemeralClusters, name: str, down_seconds: float = 1.0) ->
     local._wait_ready(proc, broker, local.READY_TIMEOUT)
     # Recorded, so that the fixture's `local down` stops the new process.
     local._save(ec.state_dir, {**local._load(ec.state_dir), name: broker})
+
+
+def wait_saved(ec: EphemeralClusters, name: str, timeout: float = 30) -> None:
+    """Until a noida-db broker of `ec` saved its data (kafka.json, written every few seconds) after this call: what
+    it took before is kept by a crash; what it takes in the next second most likely is not."""
+    data = local.data_dir(ec.state_dir, name) / "kafka.json"
+    since = time.time()
+    deadline = time.monotonic() + timeout
+    while not (data.exists() and data.stat().st_mtime > since):
+        assert time.monotonic() < deadline, f"{name}'s broker did not save its data within {timeout:.0f} s"
+        time.sleep(0.05)
