@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import kafka, policy
 from .errors import StreamreplError
@@ -91,6 +91,16 @@ class OffsetPreservingWriter:
                 self.errors.append(f"{self.label}: write failed: {err.str()}")
                 if not self.uncertain and (err.code() in kafka.UNCERTAIN_DELIVERY or err.fatal()):
                     self.uncertain = err.str()
+            elif cast(int, msg.offset()) < expected:
+                # The partition ended below where this writer went on: its broker lost acknowledged records (a
+                # crash between saves, an unclean leader election), not another writer (whose records would push
+                # ours up). Where the rest went is unknown: a gateway starts again from the real end.
+                why = (
+                    f"{self.label}: a record meant for offset {expected} landed at {msg.offset()}; the destination"
+                    " lost records it had acknowledged"
+                )
+                self.errors.append(why)
+                self.uncertain = self.uncertain or why
             elif msg.offset() != expected:
                 self.errors.append(
                     f"{self.label}: a record meant for offset {expected} landed at {msg.offset()};"

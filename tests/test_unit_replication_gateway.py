@@ -44,6 +44,7 @@ def test_a_gateway_applies_the_partitions_of_its_slots_with_the_tuning_it_was_gi
             "queue.buffering.max.kbytes": 65536,
             "message.timeout.ms": 3500,
             "client.id": "streamrepl-gateway-gw1",
+            "error_cb": gw._producer_error,  # a lost destination restarts the writes (Mover.destination_lost)
         }
     ]
     assert gw.group.session_ms == 7000 and gw.mover.throttle_rate == 50

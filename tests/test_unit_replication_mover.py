@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streamrepl import policy
+from streamrepl import kafka, policy
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
 from streamrepl.replication import quiet
@@ -329,3 +329,99 @@ def test_a_link_whose_feeds_are_all_quiet_is_not_asked_for_records(monkeypatch: 
     for _ in range(20):
         rig.mover.move_once()
     assert "busy" not in asked and asked.count("quiet") <= 2, asked
+
+
+class FatalProducer(FakeProducer):
+    """A producer in a fatal state, as confluent_kafka shows one: poll and flush raise (inside a rebalance
+    callback the error comes out mangled, as a SystemError)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def poll(self, timeout: float = 0) -> int:
+        raise self.error
+
+    def flush(self, timeout: float = 0) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize("call", ["poll", "flush"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, fatal=True)),
+        SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception"),
+    ],
+)
+def test_a_producer_in_a_fatal_state_is_replaced_and_the_gateway_goes_on(call: str, error: BaseException) -> None:
+    """The destination broker came back without the idempotent producer's state ("out of order sequence number"):
+    the writes start again with a new producer; nothing escapes to stop the gateway."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    rig.mover.producer = FatalProducer(error)
+    if call == "poll":
+        rig.mover.move_once()
+    else:
+        assert rig.mover.flush(30) == 0
+    assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer
+    assert not rig.partitions.units and not rig.partitions.errored, "let go, to start again from the real end"
+
+
+def test_a_record_landing_below_its_offset_restarts_the_writes_without_a_conflict() -> None:
+    """The replica partition ends below where the writer went on: its broker lost acknowledged records. Not
+    another writer (its records push ours up): the partition starts again from its real end, not failed."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1, 2])
+    rig.mover.move_once()
+    state = rig.partitions.units[rig.unit]
+    state.writer._delivered(5)(None, Msg("x", 0, 3, None))
+    rig.mover.check_writes()
+    assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
+
+
+class ShrunkReader(FakeConsumer):
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        return (0, 1)
+
+
+@pytest.mark.parametrize("real_end", [1, 3])
+def test_an_idle_partition_whose_end_moved_back_is_taken_up_again_from_its_real_end(
+    real_end: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quiet when its broker crashed: the end check before the next write sees the replica end below the writer's
+    position, and the writes start again from the real end instead of landing below their offsets. A watermark
+    that only under-counts (Tansu's: the last batch's base offset + 1) is not taken for that: the real end is."""
+    rig = Rig(link())
+    monkeypatch.setattr(kafka, "true_end", lambda c, tp, timeout: real_end)
+    rig.feed(SRC, [0, 1, 2])
+    rig.mover.move_once()
+    rig.mover.move_once()  # deliveries acknowledged: the writer is idle at 3
+    rig.partitions.units[rig.unit].last_write = 0.0  # quiet for long
+    rig.partitions.reader = rig.mover.reader = ShrunkReader()
+    rig.feed(SRC, [3])
+    rig.mover.move_once()
+    if real_end == 3:
+        assert len(rig.replica()) == 4 and rig.stats.write_restarts == 0, "written: the end had not moved"
+        return
+    assert len(rig.replica()) == 3, "nothing written below its offset"
+    assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
+
+
+def test_a_lost_connection_to_the_destination_throws_away_what_the_producer_holds() -> None:
+    """A destination broker that went away may come back without records it acknowledged; what the producer still
+    holds would land at its new end, below their offsets. The writes restart before it is back (while nothing is
+    held, a lost connection changes nothing: no restart loop while the broker stays down)."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    first = rig.producer
+    rig.producer = FakeProducer()
+    rig.mover.destination_lost("Disconnected")
+    rig.mover.move_once()
+    assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer is not first
+    assert not rig.partitions.units and not rig.partitions.errored
+    rig.mover.destination_lost("Connection refused")
+    rig.mover.move_once()
+    assert rig.stats.write_restarts == 1, "nothing held: nothing to restart"

@@ -14,6 +14,7 @@ status reports, the cursor sync and the metrics endpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -25,6 +26,7 @@ from ..errors import PermissionDenied, StreamreplError
 from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
+from . import watermarks
 from .allowlist import AllowList
 from .cursor_sync import CursorSyncProcess
 from .links import Plan, Unit
@@ -74,8 +76,12 @@ class Gateway:
         self.plan: Plan | None = None
         self.stats = GatewayStats(self.id)
         self._new_producer = new_producer
-        if new_quiet_consumer is None and new_source_consumer is source_consumer:
-            new_quiet_consumer = quiet_source_consumer
+        if new_source_consumer is source_consumer:
+            # Real source consumers, busy and quiet, report a lost connection, so that their feeds are checked again
+            # (see Partitions.recheck_lost_sources).
+            new_source_consumer = functools.partial(source_consumer, on_lost=self._source_lost)
+            if new_quiet_consumer is None:
+                new_quiet_consumer = functools.partial(quiet_source_consumer, on_lost=self._source_lost)
         self.partitions = Partitions(
             new_consumer(self.cluster),
             self.stats,
@@ -113,7 +119,7 @@ class Gateway:
         self.stats.partitions = lambda: len(self.partitions.units)
         self.stats.slots = lambda: len(self.group.slots)
         self.stats.partitions_in_error = lambda: len(self.partitions.errored)
-        self.stats.pending = self.partitions.pending
+        self.stats.pending = functools.partial(watermarks.pending, self.partitions)
         self.stats.links = lambda: list(self.plan.links) if self.plan is not None else []
         self.stats.cursor_commits = lambda: self.cursor_sync.committed if self.cursor_sync else 0
         self.stats.cursor_errors = lambda: self.cursor_sync.errors if self.cursor_sync else 0
@@ -140,8 +146,14 @@ class Gateway:
                 # real ends with a new producer (Mover.restart_writes).
                 "message.timeout.ms": self.tuning.message_timeout_ms,
                 "client.id": f"streamrepl-gateway-{self.id}",
+                "error_cb": self._producer_error,
             },
         )
+
+    def _producer_error(self, err: kafka.KafkaError) -> None:
+        # Runs inside librdkafka (the producer's poll): records the fact, nothing that could raise.
+        if err.code() in kafka.TRANSPORT:
+            self.mover.destination_lost(err.str())
 
     # -- the pieces' callbacks ----------------------------------------------------------------
     def _plan_again(self) -> None:
@@ -149,9 +161,12 @@ class Gateway:
 
     def _give_up(self, lost: set[int]) -> None:
         # Everything queued for the partitions we give up must land before another gateway starts on them.
-        self.mover.producer.flush(30)
+        self.mover.flush(30)
         for unit in [u for u in self.partitions.units if slot_of(u) in lost]:
             self.partitions.drop(unit)
+
+    def _source_lost(self, cluster: str) -> None:
+        self.partitions.source_lost(cluster)
 
     def _report_failure(self, unit: Unit, error: str) -> None:
         self.reports.unit(unit, "error", error)
@@ -243,7 +258,7 @@ class Gateway:
             self.cursor_sync.stop(timeout=5)
         log.info("gateway %s stopping", self.id)
         self.reports.stopped()
-        left = self.mover.producer.flush(30)
+        left = self.mover.flush(30)
         if left:
             log.error("%d records were not acknowledged before shutdown", left)
         if self.leave_group:

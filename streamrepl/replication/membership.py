@@ -104,20 +104,29 @@ class SlotGroup:
                     f" with -id {self.gateway_id}; give each gateway its own -id"
                 )
 
+    # The rebalance callbacks run inside librdkafka's poll: an exception escaping them does not reach the caller
+    # intact (a gateway stopped with "SystemError: _PyErr_SetObject: exception ... is not a BaseException
+    # subclass" after its destination broker crashed). So nothing escapes them; what fails is logged.
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        # The slots are never read: paused, they cost the destination no fetches (an empty fetch of 64
-        # partitions every few ms was most of what an idle gateway cost its destination broker).
-        consumer.assign(parts)
-        consumer.pause(parts)
         self.stats.rebalances += 1
         self.slots = {tp.partition for tp in parts}
         log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
-        self._on_assigned()
+        try:
+            # The slots are never read: paused, they cost the destination no fetches (an empty fetch of 64
+            # partitions every few ms was most of what an idle gateway cost its destination broker).
+            consumer.assign(parts)
+            consumer.pause(parts)
+            self._on_assigned()
+        except Exception:  # noqa: BLE001 - see above
+            log.exception("gateway %s: taking up the slots assigned failed", self.gateway_id)
 
     def _on_revoke(self, _: Any, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
         lost = {tp.partition for tp in parts}
-        self._on_give_up(lost)
+        try:
+            self._on_give_up(lost)
+        except Exception:  # noqa: BLE001 - see above
+            log.exception("gateway %s: letting the slots go failed", self.gateway_id)
         self.slots -= lost
         log.info("gateway %s gave up %d slots", self.gateway_id, len(lost))
 

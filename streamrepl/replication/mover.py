@@ -17,7 +17,8 @@ from .. import kafka, policy
 from ..applier import ReplicaConflict
 from ..divergence import filler_tail, tail_of
 from ..kafka import KafkaException, Message, Producer, TopicPartition
-from . import quieting
+from . import endcheck, quieting
+from .endcheck import END_CHECK_IDLE, END_CHECK_TIMEOUT
 from .links import Link
 from .membership import SLOT_TOPIC
 from .partitions import Partitions, UnitState
@@ -26,25 +27,21 @@ log = logging.getLogger("streamrepl.gateway")
 
 THROTTLE_SLICE = 0.2  # seconds of records at the capped rate written at once
 BATCH = 10000
-END_CHECK_TIMEOUT = 1.0  # seconds
-#: A partition quiet for longer than this has its end checked before it is written again (_end_unchanged).
-#: Not after every short gap: at a few thousand records/s each partition goes idle between batches, and a
-#: request on the loop before each batch doubled the p99 latency (BENCHMARKS.md). A stray write in a gap
-#: shorter than this is still caught, by the delivery check, after the batch that follows it.
-END_CHECK_IDLE = 0.5
 #: After such a restart, how long the destination must have answered before partitions are taken up again:
 #: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
 RESTART_GRACE_SECONDS = 2.0
 #: How often the quiet consumers are asked for records: their fetches wait far longer than this anyway (quiet.py),
 #: and asking each of them on every pass of an idle loop was most of an idle gateway's own CPU at 800 partitions.
 QUIET_POLL_SECONDS = 0.02
-#: ListOffsets' "latest": asked for by offsets_for_times, the end of a partition (the high watermark)
-LATEST = -1
 #: How often an idle loop walks every partition for delivery errors and feeds waiting for their source. A pass
 #: that served delivery reports checks them at once; errors are only ever set by those reports (also served by
 #: flushes and the BufferError wait, which this catches within the period). At 800 partitions and a pass every
 #: few ms, walking them on every pass was most of an idle gateway's CPU.
 SWEEP_SECONDS = 0.25
+
+
+def _why(e: Exception) -> str:
+    return str(e.args[0].str() if e.args and hasattr(e.args[0], "str") else e)
 
 
 class Mover:
@@ -78,6 +75,8 @@ class Mover:
         self._ends_ahead: dict[tuple[str, int], int] = {}
         #: when the first throttled partition is due to resume (inf: none is throttled)
         self._unthrottle_at = float("inf")
+        #: why the producer lost its connection to the destination since the loop last looked ("": it did not)
+        self._destination_lost = ""
 
     def move_once(self) -> int:
         """One pass over the source consumers; returns the records seen (0: idle)."""
@@ -91,8 +90,7 @@ class Mover:
             if quiet is not None and quiet.count.get(name, 0) >= self.partitions.feed_count.get(name, 0):
                 continue  # every feed of the link is quiet: its consumer holds nothing to read
             msgs = c.consume(BATCH, timeout=0)
-            # A source cluster lost meanwhile (heard during consume): its partitions are compared with the replica
-            # before anything more of it is written; this batch's records are fetched again if they still match.
+            # A connection lost during this consume stops its feeds before anything they brought is written.
             self.partitions.recheck_lost_sources()
             if msgs:
                 busy += self.apply_batch(link, msgs)
@@ -107,7 +105,7 @@ class Mover:
                 busy += self.apply_batch(link, msgs)  # type: ignore[arg-type]
                 for topic, partition in {(m.topic(), m.partition()) for m in msgs if m.error() is None}:
                     quieting.wake(self.partitions, name, topic, partition)  # type: ignore[arg-type]
-        served = self.producer.poll(0)
+        served = self.poll_producer()
         if self.partitions.stale_producer:
             self.restart_writes(f"a partition it wrote was re-created: {self.partitions.stale_producer}")
         now = time.monotonic()
@@ -116,7 +114,7 @@ class Mover:
             self._next_sweep = now + SWEEP_SECONDS
             self.partitions.retry_unverified()
             quieting.quieten_idle(self.partitions)
-        if sweep or served:
+        if sweep or served or self._destination_lost:
             self.check_writes()
         if now >= self._unthrottle_at:
             self.unthrottle()
@@ -134,7 +132,7 @@ class Mover:
                 eofs.append(m)
             else:
                 log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
-        self._ends_ahead = self._ends_of_waking(link, by_tp)
+        self._ends_ahead = endcheck.ends_of_waking(self, link, by_tp)
         try:
             for (topic, partition), batch in by_tp.items():
                 unit = self.partitions.by_source.get((link.name, topic, partition))
@@ -154,73 +152,6 @@ class Mover:
                 state.tail = filler_tail(state.writer.origin or state.writer.src_uuid)
         return len(msgs)
 
-    def _ends_of_waking(self, link: Link, by_tp: dict[tuple[str, int], list[Message]]) -> dict[tuple[str, int], int]:
-        """The ends of the replica partitions a batch wakes (see _end_unchanged), asked for in one request when there
-        are several: after a quiet spell a burst into 800 partitions woke them all, one request each, on the loop."""
-        now = time.monotonic()
-        if now < self._end_checks_off_until or len(by_tp) < 2:
-            return {}
-        tps = []
-        for (topic, partition), batch in by_tp.items():
-            unit = self.partitions.by_source.get((link.name, topic, partition))
-            state = self.partitions.units.get(unit) if unit else None
-            if state is None:
-                continue
-            w = state.writer
-            if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, batch[-1].offset()) >= w.next:
-                tps.append(TopicPartition(w.topic, w.partition, LATEST))
-        if len(tps) < 2:
-            return {}
-        try:
-            got = self.reader.offsets_for_times(tps, timeout=END_CHECK_TIMEOUT)
-        except KafkaException:
-            return {}  # each is asked for alone, as before
-        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.error is None and tp.offset >= 0}
-
-    def _end_unchanged(self, state: UnitState, origin: str) -> bool:
-        """Before writing into a partition whose writes are all acknowledged and that was quiet for
-        END_CHECK_IDLE, check that nothing else wrote into it meanwhile (a stray producer): its record would
-        shift every record written after it. This costs a request only when a partition wakes up.
-
-        When the records written meanwhile are copies of the same origin, another gateway took the
-        partition over (this one was stalled past its session, and has not heard yet): the partition
-        is let go, not failed; it is acquired again from its real end if this gateway still owns it."""
-        now = time.monotonic()
-        if now < self._end_checks_off_until:
-            return True
-        w = state.writer
-        try:
-            high = self._ends_ahead.get((w.topic, w.partition), -1)
-            if high < 0:
-                _, high = self.reader.get_watermark_offsets(
-                    TopicPartition(w.topic, w.partition), timeout=END_CHECK_TIMEOUT, cached=False
-                )
-        except KafkaException:
-            # The destination does not answer: do not stall every partition on it; writes are checked on delivery.
-            self._end_checks_off_until = now + 10
-            return True
-        if high > w.next:
-            try:
-                rec = kafka.last_record(self.reader, TopicPartition(w.topic, w.partition), high)
-            except KafkaException:
-                rec = None
-            if rec is not None and origin != w.dst_uuid and policy.origin_of(rec.headers(), w.dst_uuid) == origin:
-                log.warning(
-                    "%s: another gateway wrote up to offset %d meanwhile (this one left it at %d); letting it go",
-                    w.label,
-                    high,
-                    w.next,
-                )
-                self.partitions.drop(state.unit)
-                return False
-            self.partitions.fail(
-                state.unit,
-                f"{w.label}: the replica partition ends at offset {high}, past offset {w.next} where this gateway"
-                " left it; something else writes into this replica; replication of this partition stopped",
-            )
-            return False
-        return True
-
     def _write(self, state: UnitState, link: Link, batch: list[Message]) -> None:
         w = state.writer
         last = batch[-1]
@@ -229,7 +160,7 @@ class Mover:
         now = time.monotonic()
         if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, last.offset()) >= w.next:
             origin = policy.origin_of(last.headers(), link.src_uuid)
-            if origin != w.dst_uuid and not self._end_unchanged(state, origin):
+            if origin != w.dst_uuid and not endcheck.end_unchanged(self, state, origin):
                 return
         state.last_write = now
         rest: list[Message] = []
@@ -254,14 +185,16 @@ class Mover:
                 break
             except BufferError:
                 # The destination is behind: let it drain, then go on from where the writer stopped.
-                self.producer.poll(0.2)
+                self.poll_producer(0.2)
+                if self.partitions.units.get(state.unit) is not state:
+                    return  # the writes were restarted meanwhile
                 batch = [m for m in batch if m.offset() >= state.writer.next]  # type: ignore[operator]
             except ReplicaConflict as e:
                 self.partitions.fail(state.unit, str(e))
                 return
             except KafkaException as e:
                 # The producer is in a fatal state (fenced): nothing more can be written through it.
-                self.restart_writes(str(e.args[0].str() if e.args else e))
+                self.restart_writes(_why(e))
                 return
         if link.throttle:
             c = self.partitions.sources.get(link.name)
@@ -286,8 +219,41 @@ class Mover:
                     if c is not None:
                         c.resume([TopicPartition(tp.topic, tp.partition)])
 
+    def poll_producer(self, timeout: float = 0) -> int:
+        """Serve the producer's delivery reports; returns how many events were served. A producer in a fatal state
+        raises here (an idempotent producer whose destination broker came back without its state: "out of order
+        sequence number"): the writes start again with a new one, the gateway goes on."""
+        try:
+            return cast(int, self.producer.poll(timeout))
+        except (KafkaException, SystemError) as e:
+            self.restart_writes(_why(e))
+            return 0
+
+    def flush(self, timeout: float) -> int:
+        """Wait for the queued records to be acknowledged; returns how many were not. A producer in a fatal state
+        restarts the writes (its records' fate is unknown: every partition starts again from its real end)."""
+        try:
+            return cast(int, self.producer.flush(timeout))
+        except (KafkaException, SystemError) as e:
+            # SystemError: the fatal error raised inside a rebalance callback reaches us mangled (see membership.py).
+            self.restart_writes(_why(e))
+            return 0
+
+    def destination_lost(self, why: str) -> None:
+        """The producer lost its connection to a destination broker (its error_cb, from inside poll)."""
+        self._destination_lost = self._destination_lost or why
+
     def check_writes(self) -> None:
         units = self.partitions.units
+        lost, self._destination_lost = self._destination_lost, ""
+        if lost and units:
+            # A broker that went away may come back without records it had acknowledged. librdkafka would send
+            # what it still holds once it is back, and after an epoch bump (a record expired meanwhile) with
+            # sequence numbers the broker accepts: at its new end, below their offsets (the chaos suite's
+            # destination crashes found such records). Thrown away before the broker is back, they are never
+            # sent; every partition starts again from its real end.
+            self.restart_writes(f"lost the connection to the destination: {lost}")
+            return
         uncertain = next((st.writer.uncertain for st in units.values() if st.writer.uncertain), "")
         if uncertain:
             self.restart_writes(uncertain)
@@ -316,11 +282,12 @@ class Mover:
         try:
             old.purge(in_queue=True, in_flight=True)
             old.poll(0)
-        except (KafkaException, RuntimeError):
+        except (KafkaException, RuntimeError, SystemError):  # a producer in a fatal state raises here too
             pass
         self.producer = self._new_producer()
         self.restart_pending = True
         self._answering_since = None
+        self._destination_lost = ""  # the old producer's news
 
     def ready_to_acquire(self) -> bool:
         """False while a restart of the writes waits for the destination (see restart_writes)."""

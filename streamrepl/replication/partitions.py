@@ -20,8 +20,9 @@ from ..divergence import Divergence, Tail, check, compare, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
+from . import watermarks
 from .links import Link, Plan, Unit
-from .quiet import QuietFeeds
+from .quiet import QuietFeeds, reports_lost_connection
 from .stats import GatewayStats
 
 log = logging.getLogger("streamrepl.gateway")
@@ -34,13 +35,12 @@ CHECK_TIMEOUT = 2.0
 RETRY_SECONDS = 5.0
 
 
-def source_consumer(cluster: Cluster, on_error: Callable[[Any], None] | None = None) -> Consumer:
+def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
     """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
     the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py.
-    `on_error` hears the client's global errors (a cluster whose brokers are all down)."""
+    `on_lost(cluster name)` is called (from within its consume) when it lost its connection to a broker."""
     extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster), "queued.min.messages": 200000}
-    if on_error is not None:
-        extra["error_cb"] = on_error
+    extra.update(reports_lost_connection(cluster, on_lost))
     return kafka.consumer(cluster, **extra)
 
 
@@ -51,7 +51,7 @@ class UnitState:
     feeds: dict[str, tuple[Link, TopicPartition]] = field(default_factory=dict)  # link name -> source tp
     throttled_until: float = 0.0
     reported: tuple[str, int] = ("", -1)
-    #: feeds whose source end was compared with the replica's (see recheck_lagging_feeds)
+    #: feeds whose source end was compared with the replica's (see watermarks.recheck_lagging_feeds)
     rechecked: set[str] = field(default_factory=set)
     #: when records were last handed to the writer (monotonic; 0: never, since acquired)
     last_write: float = 0.0
@@ -84,8 +84,11 @@ class Partitions:
         new_source_consumer: Callable[..., Consumer] = source_consumer,
         on_fail: Callable[[Unit, str], None] = _no_report,
         quiet: QuietFeeds | None = None,
+        new_probe: Callable[..., Consumer] | None = None,
     ):
         self.reader = reader
+        #: makes the consumers that read single source records for the divergence checks (default: as the feeds)
+        self._new_probe = new_probe or new_source_consumer
         self.stats = stats
         self.units: dict[Unit, UnitState] = {}
         self.errored: dict[Unit, str] = {}
@@ -100,8 +103,6 @@ class Partitions:
         #: source consumer name -> the link it reads (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
-        #: links whose source cluster had all its brokers down since their partitions were last compared
-        self.sources_lost: set[str] = set()
         #: (replica topic, partition) -> where this gateway's producer left it, for the partitions it let go
         self.left_at: dict[tuple[str, int], int] = {}
         #: why the producer must be replaced before a partition is taken up again ("" when it need not be)
@@ -109,33 +110,20 @@ class Partitions:
         self.on_fail = on_fail
         #: the feeds that brought no records for a while, read with long fetch waits (None: every feed stays put)
         self.quiet = quiet
+        #: source clusters whose consumer lost its connection since the loop last looked (see source_lost)
+        self._lost_sources: set[str] = set()
 
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:
-            c = self._new_source_consumer(link.src_cluster, on_error=lambda err: self._source_error(link.name, err))
+            c = self._new_source_consumer(link.src_cluster)
             self.sources[link.name] = c
         return c
-
-    def _source_error(self, name: str, err: Any) -> None:
-        if kafka.is_all_brokers_down(err):
-            self.sources_lost.add(name)
-
-    def recheck_lost_sources(self) -> None:
-        """A source cluster back from all brokers down may have lost acknowledged records and taken new ones at
-        their offsets (no offset out of range tells): its partitions are compared again, as on acquire."""
-        while self.sources_lost:
-            name = self.sources_lost.pop()
-            for state in self.units.values():
-                if name in state.feeds:
-                    link, tp = state.feeds[name]
-                    self._remove_feed(state, name)
-                    state.unverified[name] = (link, tp.topic)
 
     def _probe(self, link: Link) -> Consumer:
         c = self.probes.get(link.name)
         if c is None:
-            c = self._new_source_consumer(link.src_cluster)
+            c = self._new_probe(link.src_cluster)
             self.probes[link.name] = c
         return c
 
@@ -182,6 +170,26 @@ class Partitions:
             self._add_feed(state, link, src_kt)
             self.links_by_source[name] = link
         return True
+
+    def source_lost(self, cluster: str) -> None:
+        """A source consumer lost its connection to a broker of `cluster` (called from inside its consume)."""
+        self._lost_sources.add(cluster)
+
+    def recheck_lost_sources(self) -> None:
+        """The feeds of a source cluster whose connection was lost stop and are compared with their replicas again
+        before they go on (verify_feeds). A broker that crashed can come back without records it had acknowledged
+        and replicated, and take new ones at their offsets; read on from the replica's end, the feed would append
+        the new history after the old one and no check would see it. Checked before anything is fetched from the
+        broker that came back, the replica's last record differs from the source's there: a divergence."""
+        if not self._lost_sources:
+            return
+        lost, self._lost_sources = self._lost_sources, set()
+        for state in self.units.values():
+            for name, (link, tp) in list(state.feeds.items()):
+                if link.src_cluster.name in lost:
+                    log.info("%s: lost the connection to source %s; comparing with it again", state.unit.key, link.src)
+                    self._remove_feed(state, name)
+                    state.unverified[name] = (link, tp.topic)
 
     def retry_unverified(self) -> None:
         """Called from the loop: the feeds whose source did not answer when their partition was acquired, or
@@ -290,7 +298,11 @@ class Partitions:
         """Own exactly the `wanted` units of the plan whose replica topic is `present`: drop the others (their
         queued records delivered first), acquire the new ones when `ready`, follow the feeds of the others."""
         for unit in [u for u in self.units if u not in wanted]:
-            producer.flush(30)
+            try:
+                producer.flush(30)
+            except KafkaException as e:
+                # A producer in a fatal state: its records' delivery reports restart the writes (Mover.check_writes).
+                log.warning("%s: the writes queued before letting it go failed: %s", unit.key, e)
             self.drop(unit)
         # A failed unit that left the plan (a link paused, as resync does) is checked again when it comes back.
         for unit in [u for u in self.errored if u not in wanted]:
@@ -325,7 +337,7 @@ class Partitions:
                     state.feeds[link.name] = (link, state.feeds[link.name][1])
             if state.unverified:
                 self.verify_feeds(state)
-        self.recheck_lagging_feeds()
+        watermarks.recheck_lagging_feeds(self)
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
             self.sources.pop(name).close()
@@ -338,45 +350,6 @@ class Partitions:
             for name in self.sources
             if any(name in state.feeds for state in self.units.values())
         }
-
-    def recheck_lagging_feeds(self) -> None:
-        """A feed starts at the replica partition's end. When its source ends before that, the replica's
-        records up to the source's end must have come from it (or be the replica's own): read the source's
-        last records again so that the writer checks their origin. Otherwise the same topic written in two
-        streams goes unnoticed for as long as the source stays behind. Uses the watermark the last fetch
-        brought (no request); each feed is looked at once per acquisition."""
-        for state in self.units.values():
-            for name, (_, tp) in state.feeds.items():
-                c = self.sources.get(name)
-                if name in state.rechecked or c is None:
-                    continue
-                try:
-                    _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
-                except KafkaException:
-                    continue
-                if high < 0:
-                    continue  # no fetch answered yet
-                state.rechecked.add(name)
-                if 0 < high < state.writer.next:
-                    c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
-
-    def pending(self) -> dict[str, int]:
-        """Source records not applied yet, per link, from the watermarks of the last fetches (no request).
-        Called from the metrics thread: works on snapshots, and a consumer closed meanwhile counts nothing."""
-        out: dict[str, int] = {}
-        for state in list(self.units.values()):
-            for name, (_, tp) in list(state.feeds.items()):
-                c = self.sources.get(name)
-                if self.quiet is not None:
-                    c = self.quiet.consumer_of(name, tp, c)
-                if c is None:
-                    continue
-                try:
-                    _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
-                except (KafkaException, RuntimeError):
-                    continue
-                out[name] = out.get(name, 0) + max(0, high - state.writer.next)
-        return out
 
     def close(self) -> None:
         """Close the source consumers and the reader."""

@@ -25,9 +25,27 @@ from ..registry import Cluster
 QUIET_SECONDS = 5.0
 
 
-def quiet_source_consumer(cluster: Cluster) -> Consumer:
-    """A consumer of quiet source partitions: its fetches wait as long as the broker makes that cheap."""
+def reports_lost_connection(cluster: Cluster, on_lost: Callable[[str], None] | None) -> dict[str, Any]:
+    """The consumer setting that calls `on_lost(cluster name)` when the consumer lost its connection to a broker of
+    `cluster` (from within its consume), so that the feeds it reads are compared with their replicas again."""
+    if on_lost is None:
+        return {}
+    name = cluster.name
+
+    def error_cb(err: kafka.KafkaError) -> None:
+        # Runs inside librdkafka: records the fact, nothing that could raise.
+        if err.code() in kafka.TRANSPORT:
+            on_lost(name)
+
+    return {"error_cb": error_cb}
+
+
+def quiet_source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
+    """A consumer of quiet source partitions: its fetches wait as long as the broker makes that cheap. It reports a
+    lost connection like the busy one (partitions.source_consumer): a quiet feed must not wake up on records that
+    a restarted broker took at offsets the replica already holds."""
     extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.idle_fetch_wait_ms(cluster)}
+    extra.update(reports_lost_connection(cluster, on_lost))
     return kafka.consumer(cluster, **extra)
 
 

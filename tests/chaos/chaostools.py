@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from support.streams import Gateways, Tally
 
 from streamrepl.local import EphemeralClusters
+
+#: CHAOS_SIZE=full: the sizes the issues ask for, outside the default run (not a STREAMREPL_ variable: it is
+#: the test suite's, not streamrepl's)
+FULL = os.environ.get("CHAOS_SIZE", "") == "full"
 
 #: records/s per partition of a throttled link: low, so that `-throttle true` shows under the scenarios' load
 THROTTLE_RATE = 150

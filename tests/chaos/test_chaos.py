@@ -1,9 +1,11 @@
 """Chaos scenarios (issue 7 §1): embedded clusters, three gateways, a steady producer, faults injected,
 and at the end every replica compared with its source record by record, counting lost, doubled and
-misplaced records. Sized so that the whole suite runs in about six minutes on two cores; see
-RELIABILITY.md for the sizes and a full run's table.
+misplaced records. Sized so that the whole suite runs in about seven minutes on two cores; CHAOS_SIZE=full runs the
+size the issues ask for (20 SIGKILLs over at least 500,000 records, 60 s with no gateway, more broker crashes:
+about half an hour). See RELIABILITY.md for the sizes and the tables.
 
     .venv/bin/python -m pytest -m chaos tests/chaos -q
+    CHAOS_SIZE=full .venv/bin/python -m pytest -m chaos tests/chaos -q
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from chaostools import Chaos
+from chaostools import FULL, Chaos
 from support.clusters import not_on_noida
 from support.freeze import broker_frozen, frozen
 from support.streams import (
@@ -37,15 +39,17 @@ pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
 
 TOPICS = {"clicks": 3, "views": 3, "buys": 3}
 SEED = int(time.time())
-#: seconds of random SIGKILLs (at 7000 records/s: ~350,000 records; the issue asks for 500,000, scaled to fit)
+#: seconds of random SIGKILLs (at 7000 records/s: ~350,000 records; the issue asks for 500,000, scaled to fit;
+#: the full size, CHAOS_SIZE=full, goes on until both FULL_KILLS and FULL_RECORDS are reached)
 KILL_WINDOW = 40
+FULL_KILLS, FULL_RECORDS = 20, 500_000
 #: Why the scenarios that kill or stall gateways do not apply on noida-db (bench/broker_probe.py: kill).
 NOIDA_KEEPS_DEAD_MEMBERS = (
     "noida-db's group coordinator never expires a member that died or stopped heartbeating: its partitions stay"
     " assigned to it and a new member's join waits for it, so replication stops"
 )
-#: seconds with no gateway at all (the issue asks for 60, scaled to fit)
-ALL_DOWN = 30
+#: seconds with no gateway at all (the issue asks for 60, scaled to fit; 60 at the full size)
+ALL_DOWN = 60 if FULL else 30
 #: seconds each broker is frozen
 FREEZE = 30
 
@@ -117,7 +121,13 @@ def test_random_sigkills_over_a_long_produce(chaos: Chaos) -> None:
         wait_writing(c, dst, TOPICS)
         end = time.monotonic() + KILL_WINDOW
         down: dict[str, float] = {}  # gateway -> when to restart it
-        while time.monotonic() < end:
+
+        def go_on() -> bool:
+            if FULL:
+                return kills < FULL_KILLS or producer.sent < FULL_RECORDS
+            return time.monotonic() < end
+
+        while go_on():
             time.sleep(rng.uniform(4, 8))
             for name, when in list(down.items()):
                 if time.monotonic() >= when:

@@ -17,12 +17,14 @@ import contextlib
 import gc
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from streamrepl import settings
+from streamrepl import local, settings
 from streamrepl.local import EphemeralClusters
 
 SHARED_CLUSTERS = ["sanfrancisco", "newyork"]
@@ -71,3 +73,38 @@ def kill_broker(ec: EphemeralClusters, name: str) -> None:
     with contextlib.suppress(ProcessLookupError, ChildProcessError):
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def crash_broker(ec: EphemeralClusters, name: str, down_seconds: float = 1.0) -> None:
+    """SIGKILL one broker of `ec` and, `down_seconds` later, start the same command line again (same port, same
+    data directory). A broker that keeps data on disk (noida-db) comes back without what it took since its last
+    save; Tansu comes back empty. (Not `local.up`: it picks another port while the old one's connections are in
+    TIME_WAIT, and clients must find the broker where it was.)"""
+    broker = ec.brokers[name]
+    argv = Path(f"/proc/{broker.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    kill_broker(ec, name)
+    time.sleep(down_seconds)
+    with open(broker.log, "ab") as log:
+        proc = subprocess.Popen(
+            [a.decode() for a in argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    broker.pid = proc.pid
+    local._CHILDREN[proc.pid] = proc
+    local._wait_ready(proc, broker, local.READY_TIMEOUT)
+    # Recorded, so that the fixture's `local down` stops the new process.
+    local._save(ec.state_dir, {**local._load(ec.state_dir), name: broker})
+
+
+def wait_saved(ec: EphemeralClusters, name: str, timeout: float = 30) -> None:
+    """Until a noida-db broker of `ec` saved its data (kafka.json, written every few seconds) after this call: what
+    it took before is kept by a crash; what it takes in the next second most likely is not."""
+    data = local.data_dir(ec.state_dir, name) / "kafka.json"
+    since = time.time()
+    deadline = time.monotonic() + timeout
+    while not (data.exists() and data.stat().st_mtime > since):
+        assert time.monotonic() < deadline, f"{name}'s broker did not save its data within {timeout:.0f} s"
+        time.sleep(0.05)

@@ -1,0 +1,54 @@
+"""What the source consumers' last fetches say of their partitions' ends (cached watermarks: no request): the
+records not applied yet, and feeds whose source ends before the replica. Functions over a Partitions, kept apart so
+that its class stays small.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..kafka import KafkaException, TopicPartition
+
+if TYPE_CHECKING:
+    from .partitions import Partitions
+
+
+def recheck_lagging_feeds(partitions: Partitions) -> None:
+    """A feed starts at the replica partition's end. When its source ends before that, the replica's
+    records up to the source's end must have come from it (or be the replica's own): read the source's
+    last records again so that the writer checks their origin. Otherwise the same topic written in two
+    streams goes unnoticed for as long as the source stays behind. Uses the watermark the last fetch
+    brought (no request); each feed is looked at once per acquisition."""
+    for state in partitions.units.values():
+        for name, (_, tp) in state.feeds.items():
+            c = partitions.sources.get(name)
+            if name in state.rechecked or c is None:
+                continue
+            try:
+                _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+            except KafkaException:
+                continue
+            if high < 0:
+                continue  # no fetch answered yet
+            state.rechecked.add(name)
+            if 0 < high < state.writer.next:
+                c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
+
+
+def pending(partitions: Partitions) -> dict[str, int]:
+    """Source records not applied yet, per link, from the watermarks of the last fetches (no request).
+    Called from the metrics thread: works on snapshots, and a consumer closed meanwhile counts nothing."""
+    out: dict[str, int] = {}
+    for state in list(partitions.units.values()):
+        for name, (_, tp) in list(state.feeds.items()):
+            c = partitions.sources.get(name)
+            if partitions.quiet is not None:
+                c = partitions.quiet.consumer_of(name, tp, c)
+            if c is None:
+                continue
+            try:
+                _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+            except (KafkaException, RuntimeError):
+                continue
+            out[name] = out.get(name, 0) + max(0, high - state.writer.next)
+    return out
