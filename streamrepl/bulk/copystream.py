@@ -1,4 +1,5 @@
-"""copystream: copy every topic of a stream into another stream, offsets preserved (a Spark job).
+"""copystream: copy every topic of a stream into another stream, offsets preserved (in threads here when the
+copy is small, else a Spark job: `inprocess.choose`).
 
 Records go exactly as replication writes them: through `applier.OffsetPreservingWriter`, from the
 destination's `resume_point`, one ordered writer per partition. The end of each source partition is
@@ -29,7 +30,7 @@ from ..kafka import Consumer, TopicPartition
 from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
-from . import spark
+from . import inprocess, spark
 from .access import check_any_perm
 from .lock import CopyLock, CopyLocked, LockRefresher
 from .progress import copy_progress
@@ -153,12 +154,15 @@ def copy_partition(
     return out
 
 
-def _copy_task(spec: dict[str, Any], groups: Iterable[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
-    shared = SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]))
+def _copy_task(
+    spec: dict[str, Any], groups: Iterable[list[dict[str, Any]]], clients: Clients = kafka
+) -> Iterator[dict[str, Any]]:
+    """One Spark task, or one thread of an in-process run: a few partitions, one producer."""
+    shared = SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]), clients)
     try:
         for group in groups:
             for item in group:
-                yield copy_partition(spec, item, shared)
+                yield copy_partition(spec, item, shared, clients)
     finally:
         shared.discard()
 
@@ -185,6 +189,7 @@ class CopyResult:
     failures: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     details: list[dict[str, Any]] = field(default_factory=list)
+    engine: inprocess.Engine | None = None  # None: nothing to copy
 
     @property
     def complete(self) -> bool:
@@ -210,14 +215,18 @@ class CopyResult:
             "failed": len(self.failures) + len(self.stopped),
         }
 
+    def _how(self) -> str:
+        if self.engine is not None and not self.engine.spark:
+            return f"in-process ({self.engine.why})"
+        return f"Spark start-up {self.spark_seconds:.2f} s"
+
     def summary(self) -> str:
         fillers = f", {self.fillers} fillers" if self.fillers else ""
         failed = len(self.failures) + len(self.stopped)
         tail = f"; {failed} partitions NOT fully copied" if failed else ""
         return (
             f"copystream: {self.src} -> {self.dst}: copied {self.records} records ({self.bytes} bytes{fillers})"
-            f" in {self.seconds:.2f} s, {self.rate:.0f} records/s; Spark start-up {self.spark_seconds:.2f} s;"
-            f" {self.partitions} partitions{tail}"
+            f" in {self.seconds:.2f} s, {self.rate:.0f} records/s; {self._how()}; {self.partitions} partitions{tail}"
         )
 
 
@@ -369,12 +378,15 @@ def copystream(
     master: str | None = None,
     numthreads: int | None = None,
     conf: dict[str, str] | None = None,
+    mapreduce: bool | None = None,
     progress: bool | None = None,
     warn: Callable[[str], None] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> CopyResult:
     """Copy every topic of stream `src` into stream `dst`, offsets preserved; see the module doc."""
     warn = warn or (lambda text: print(f"copystream: warning: {text}", file=sys.stderr))
     spark.check_spark_options(master, numthreads)  # before the destination is created or locked
+    inprocess.check_engine_options(mapreduce, master)
     src_r, src_rec = streams.load(reg, src)
     check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "copy from it")
     dst_r, dst_rec, created = _prepare_destination(reg, src, dst, src_r, src_rec)
@@ -396,13 +408,12 @@ def copystream(
         if not work:
             return result
         show = sys.stderr.isatty() if progress is None else progress
-        with spark.starting(show, f"starting Spark ({master or 'local'})"):
-            handle = spark.start_spark(
-                f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
+        records = sum(i["end"] - i["est"] for i in work)
+        result.engine = inprocess.choose(records, inprocess.COPY_LIMIT, mapreduce, master)
+        if say is not None or show:
+            (say or (lambda text: print(f"copystream: {text}", file=sys.stderr)))(
+                result.engine.line("copying", records)
             )
-        result.spark_seconds = handle.seconds
-        sc = handle.sc
-        cancel.append(sc.cancelAllJobs)
         spec = {
             "src_cluster": src_r.cluster.name,
             "src_props": dict(src_r.cluster.properties),
@@ -412,20 +423,44 @@ def copystream(
             "dst_uuid": dst_rec.uuid,
             "dst_path": str(dst_r.path),
         }
+        threads: inprocess.Threads[list[dict[str, Any]], dict[str, Any]] | None = None
+        if result.engine.spark:
+            with spark.starting(show, f"starting Spark ({master or 'local'})"):
+                handle = spark.start_spark(
+                    f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
+                )
+            result.spark_seconds = handle.seconds
+            cancel.append(handle.sc.cancelAllJobs)
+        else:
+            threads = inprocess.Threads(numthreads or inprocess.THREADS)
+            cancel.append(threads.stop.set)
         bar = copy_progress(show, dst_r.cluster, work, f"copystream {src_r.path} -> {dst_r.path}")
         t0 = time.monotonic()
         try:
-            # A few partitions per task: each task sets up one producer, and tasks stay balanced.
-            groups = _deal(work, 2 * max(1, sc.defaultParallelism))
-            rows = spark.run_job(
-                sc,
-                lambda: sc.parallelize(groups, len(groups)).mapPartitions(functools.partial(_copy_task, spec)),
-                bar.tick,
-            )
-        except Exception as e:  # noqa: BLE001 - a Spark failure is one line like any other
+            if threads is not None:
+                rows = threads.run(
+                    lambda clients, group: _copy_task(spec, [group], clients), _deal(work, threads.threads), bar.tick
+                )
+            else:
+                assert handle is not None
+                sc = handle.sc
+                # A few partitions per task: each task sets up one producer, and tasks stay balanced.
+                groups = _deal(work, 2 * max(1, sc.defaultParallelism))
+                rows = spark.run_job(
+                    sc,
+                    lambda: sc.parallelize(groups, len(groups)).mapPartitions(functools.partial(_copy_task, spec)),
+                    bar.tick,
+                )
+        except (Exception, inprocess.Cancelled) as e:  # noqa: BLE001 - a failed job is one line like any other
             if lock.lost:
                 raise CopyLocked(lock.lost) from None
-            raise StreamreplError(f"the Spark job failed: {spark.describe(e, secrets)}") from None
+            what = "the Spark job" if threads is None else "the copy"
+            raise StreamreplError(f"{what} failed: {spark.describe(e, secrets)}") from None
+        except KeyboardInterrupt as e:
+            raise type(e)(
+                f"the copy into {dst_r.path} stopped part way; each of its partitions ends where its copy stopped,"
+                " offsets intact, and the lock is released: run copystream again to copy the rest"
+            ) from None
         finally:
             bar.close()
         result.seconds = time.monotonic() - t0

@@ -1,4 +1,5 @@
-"""diffstreams: compare two streams partition by partition (a Spark job).
+"""diffstreams: compare two streams partition by partition (in threads here when they are small, else a Spark
+job: `inprocess.choose`).
 
 Per partition: counts, the first differing offset and a digest of the records (offset, key, value, user
 headers, timestamp). Replication's own headers are ignored, and a filler on one side matches a gap (no
@@ -15,7 +16,7 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -26,9 +27,9 @@ from ..kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from ..model import Stream
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
-from . import spark
+from . import inprocess, spark
 from .access import check_any_perm
-from .progress import task_progress
+from .progress import ProgressBar, task_progress
 from .reader import CONSUMER_TUNING, READ_UNCOMMITTED, Clients, batches
 
 DIFF_COLUMNS = ("topic", "partition", "srccount", "dstcount", "firstdiff", "srcdigest", "dstdigest", "match")
@@ -135,6 +136,7 @@ class DiffResult:
     seconds: float = 0.0
     spark_seconds: float = 0.0
     stopped_early: bool = False
+    engine: inprocess.Engine | None = None
 
     @property
     def match(self) -> bool:
@@ -197,10 +199,13 @@ def diffstreams(
     master: str | None = None,
     numthreads: int | None = None,
     conf: dict[str, str] | None = None,
+    mapreduce: bool | None = None,
     progress: bool | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> DiffResult:
     """Compare two streams partition by partition; see the module doc."""
     spark.check_spark_options(master, numthreads)
+    inprocess.check_engine_options(mapreduce, master)
     if str(streams.resolve(reg, src).path) == str(streams.resolve(reg, dst).path):
         raise InvalidArgument(
             f"-src {src} and -dst {dst} are the same stream; compare a stream with its replica or copy"
@@ -215,27 +220,69 @@ def diffstreams(
     if not items:
         return result
     show = sys.stderr.isatty() if progress is None else progress
+    records = sum(i["src_end"] + i["dst_end"] for i in items)
+    result.engine = inprocess.choose(records, inprocess.DIFF_LIMIT, mapreduce, master)
+    if say is not None or show:
+        (say or (lambda text: print(f"diffstreams: {text}", file=sys.stderr)))(result.engine.line("comparing", records))
+    spec = {
+        "src_cluster": src_r.cluster.name,
+        "src_props": dict(src_r.cluster.properties),
+        "dst_cluster": dst_r.cluster.name,
+        "dst_props": dict(dst_r.cluster.properties),
+        "src_path": str(src_r.path),
+        "dst_path": str(dst_r.path),
+        "first_exit": first_exit,
+    }
+    label = f"diffstreams {src_r.path} {dst_r.path}"
+    try:
+        if result.engine.spark:
+            _diff_on_spark(result, items, spec, label, master, numthreads, conf, secrets, show)
+        else:
+            threads: inprocess.Threads[dict[str, Any], dict[str, Any]] = inprocess.Threads(
+                numthreads or inprocess.THREADS
+            )
+            bar = ProgressBar(show, label, len(items), lambda: len(threads.rows))
+            t0 = time.monotonic()
+            try:
+                result.rows = threads.run(
+                    lambda clients, item: [diff_partition(spec, item, clients)],
+                    items,
+                    bar.tick,
+                    enough=(lambda row: not row["match"]) if first_exit else None,
+                )
+            finally:
+                bar.close()
+            result.seconds = time.monotonic() - t0
+            result.stopped_early = len(result.rows) < len(items)
+    except KeyboardInterrupt as e:
+        raise type(e)(
+            f"the comparison of {src_r.path} and {dst_r.path} stopped part way; nothing was written"
+        ) from None
+    result.rows.sort(key=lambda r: (r["topic"], r["partition"]))
+    return result
+
+
+def _diff_on_spark(
+    result: DiffResult,
+    items: list[dict[str, Any]],
+    spec: dict[str, Any],
+    label: str,
+    master: str | None,
+    numthreads: int | None,
+    conf: dict[str, str] | None,
+    secrets: list[str],
+    show: bool,
+) -> None:
     with spark.starting(show, f"starting Spark ({master or 'local'})"):
-        handle = spark.start_spark(
-            f"streamrepl diffstreams {src_r.path} {dst_r.path}", master, numthreads, conf, secrets
-        )
+        handle = spark.start_spark(f"streamrepl {label}", master, numthreads, conf, secrets)
     result.spark_seconds = handle.seconds
     try:
         sc = handle.sc
-        spec = {
-            "src_cluster": src_r.cluster.name,
-            "src_props": dict(src_r.cluster.properties),
-            "dst_cluster": dst_r.cluster.name,
-            "dst_props": dict(dst_r.cluster.properties),
-            "src_path": str(src_r.path),
-            "dst_path": str(dst_r.path),
-            "first_exit": first_exit,
-        }
         task = functools.partial(_diff_task, spec)
-        bar = task_progress(show, sc, len(items), f"diffstreams {src_r.path} {dst_r.path}")
+        bar = task_progress(show, sc, len(items), label)
         t0 = time.monotonic()
         # With -first_exit the partitions are compared in waves, and no wave starts after a difference.
-        wave = max(1, sc.defaultParallelism) if first_exit else len(items)
+        wave = max(1, sc.defaultParallelism) if spec["first_exit"] else len(items)
         try:
             for i in range(0, len(items), wave):
                 chunk = items[i : i + wave]
@@ -245,7 +292,7 @@ def diffstreams(
                     lambda chunk=chunk: sc.parallelize(chunk, len(chunk)).mapPartitions(task),  # type: ignore[misc]
                     bar.tick,
                 )
-                if first_exit and not all(r["match"] for r in result.rows):
+                if spec["first_exit"] and not all(r["match"] for r in result.rows):
                     result.stopped_early = i + wave < len(items)
                     break
         except Exception as e:  # noqa: BLE001
@@ -253,8 +300,6 @@ def diffstreams(
         finally:
             bar.close()
         result.seconds = time.monotonic() - t0
-        result.rows.sort(key=lambda r: (r["topic"], r["partition"]))
-        return result
     finally:
         handle.stop()
 

@@ -188,10 +188,17 @@ def upstream_list_cmd(path: str) -> None:
     "directcopy",
     type=BOOL,
     default=True,
-    help="Copy existing data with a Spark job now (true, default) or leave it to the gateways (false).",
+    help="Copy existing data now (true, default; in this process or on Spark, see -mapreduce) or leave it to the"
+    " gateways (false).",
 )
 @opt("useexistingreplica", type=BOOL, default=False, help="Use the replica stream if it exists (default false).")
-@opt("master", metavar="URL", help="Spark master for the initial copy (default local[*]).")
+@opt("master", metavar="URL", help="Run the initial copy on this Spark master (default local[*]).")
+@opt(
+    "mapreduce",
+    type=BOOL,
+    metavar="true|false",
+    help="Run the initial copy on Spark (true) or in this process (false); default: in this process when it is small.",
+)
 @handles_errors
 def autosetup_cmd(path: str, replica: str, **kw: Any) -> None:
     """Create the replica, copy the existing data and start replication, in one step."""
