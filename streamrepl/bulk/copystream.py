@@ -41,6 +41,8 @@ FILL_CHUNK = 50_000
 #: Keep at most this many records queued in a task's producer before waiting for acknowledgements.
 QUEUE_HIGH = 400_000
 FLUSH_TIMEOUT = 120.0
+#: At most this many producers are made before planning (an in-process run's threads; more are made as needed).
+WARM_MAX = 8
 
 PRODUCER_TUNING: dict[str, Any] = {
     "linger.ms": 20,
@@ -155,10 +157,13 @@ def copy_partition(
 
 
 def _copy_task(
-    spec: dict[str, Any], groups: Iterable[list[dict[str, Any]]], clients: Clients = kafka
+    spec: dict[str, Any],
+    groups: Iterable[list[dict[str, Any]]],
+    clients: Clients = kafka,
+    shared: SharedProducer | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One Spark task, or one thread of an in-process run: a few partitions, one producer."""
-    shared = SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]), clients)
+    shared = shared or SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]), clients)
     try:
         for group in groups:
             for item in group:
@@ -399,7 +404,13 @@ def copystream(
     cancel: list[Callable[[], None]] = []
     refresher = LockRefresher(lock, lambda: [f() for f in cancel])
     refresher.start()
+    warm: list[SharedProducer] = []
     try:
+        if mapreduce is not True and not master:
+            # An idempotent producer is ready 0.5-0.9 s after it is made (measured): these get ready while we plan.
+            warm = [SharedProducer(dst_r.cluster) for _ in range(min(numthreads or inprocess.THREADS, WARM_MAX))]
+            for shared in warm:
+                shared.get()
         dst_rec = dst_r.store.get(dst_r.path.path) or dst_rec
         items = _plan_copy(src_r, src_rec, dst_r, dst_rec, warn)
         result.partitions = len(items)
@@ -410,10 +421,7 @@ def copystream(
         show = sys.stderr.isatty() if progress is None else progress
         records = sum(i["end"] - i["est"] for i in work)
         result.engine = inprocess.choose(records, inprocess.COPY_LIMIT, mapreduce, master)
-        if say is not None or show:
-            (say or (lambda text: print(f"copystream: {text}", file=sys.stderr)))(
-                result.engine.line("copying", records)
-            )
+        inprocess.announce("copystream", result.engine.line("copying", records), say, show)
         spec = {
             "src_cluster": src_r.cluster.name,
             "src_props": dict(src_r.cluster.properties),
@@ -423,7 +431,7 @@ def copystream(
             "dst_uuid": dst_rec.uuid,
             "dst_path": str(dst_r.path),
         }
-        threads: inprocess.Threads[list[dict[str, Any]], dict[str, Any]] | None = None
+        threads: inprocess.Threads[int, dict[str, Any]] | None = None
         if result.engine.spark:
             with spark.starting(show, f"starting Spark ({master or 'local'})"):
                 handle = spark.start_spark(
@@ -438,8 +446,11 @@ def copystream(
         t0 = time.monotonic()
         try:
             if threads is not None:
+                groups = _deal(work, threads.threads)
                 rows = threads.run(
-                    lambda clients, group: _copy_task(spec, [group], clients), _deal(work, threads.threads), bar.tick
+                    lambda clients, k: _copy_task(spec, [groups[k]], clients, warm[k] if k < len(warm) else None),
+                    range(len(groups)),
+                    bar.tick,
                 )
             else:
                 assert handle is not None
@@ -481,6 +492,8 @@ def copystream(
         result.details = rows
         return result
     finally:
+        for shared in warm:
+            shared.discard()
         refresher.stop()
         if handle is not None:
             handle.stop()

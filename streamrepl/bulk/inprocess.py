@@ -14,6 +14,7 @@ partition ends with an unbroken run of records). The run waits for its threads b
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,14 @@ def choose(records: int, limit: int, mapreduce: bool | None, master: str | None)
     if records >= limit:
         return Engine(True, f"{limit:,} or more; -mapreduce false to run in-process")
     return Engine(False, f"below {limit:,}; -mapreduce true to use Spark")
+
+
+def announce(command: str, text: str, say: Callable[[str], None] | None, show: bool) -> None:
+    """The engine line: to `say` when the caller gives one (autosetup), else on stderr when it is a terminal."""
+    if say is not None:
+        say(text)
+    elif show:
+        print(f"{command}: {text}", file=sys.stderr)
 
 
 class _StoppableConsumer:
