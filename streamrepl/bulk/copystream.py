@@ -19,7 +19,6 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .. import kafka, policy, streams, topics
@@ -32,6 +31,7 @@ from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
 from . import inprocess, spark
 from .access import check_any_perm
+from .copyresult import CopyResult
 from .lock import CopyLock, CopyLocked, LockRefresher
 from .progress import copy_progress
 from .reader import CONSUMER_TUNING, READ_UNCOMMITTED, Clients, batches, snapshot_end
@@ -180,61 +180,6 @@ def _deal(items: list[dict[str, Any]], hands: int) -> list[list[dict[str, Any]]]
 
 
 # -- the driver: planning, then the job -------------------------------------------------------
-@dataclass
-class CopyResult:
-    src: str
-    dst: str
-    created: bool = False
-    partitions: int = 0
-    records: int = 0
-    fillers: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    spark_seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
-    stopped: list[str] = field(default_factory=list)
-    details: list[dict[str, Any]] = field(default_factory=list)
-    engine: inprocess.Engine | None = None  # None: nothing to copy
-
-    @property
-    def complete(self) -> bool:
-        return not self.failures and not self.stopped
-
-    @property
-    def rate(self) -> float:
-        return self.records / self.seconds if self.seconds > 0 else 0.0
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "src": self.src,
-            "dst": self.dst,
-            # whether this run created the destination stream (not stream info's creation time)
-            "dstcreated": self.created,
-            "partitions": self.partitions,
-            "records": self.records,
-            "fillers": self.fillers,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-            "recordspersecond": round(self.rate),
-            "sparkstartupseconds": round(self.spark_seconds, 3),
-            "failed": len(self.failures) + len(self.stopped),
-        }
-
-    def _how(self) -> str:
-        if self.engine is not None and not self.engine.spark:
-            return f"in-process ({self.engine.why})"
-        return f"Spark start-up {self.spark_seconds:.2f} s"
-
-    def summary(self) -> str:
-        fillers = f", {self.fillers} fillers" if self.fillers else ""
-        failed = len(self.failures) + len(self.stopped)
-        tail = f"; {failed} partitions NOT fully copied" if failed else ""
-        return (
-            f"copystream: {self.src} -> {self.dst}: copied {self.records} records ({self.bytes} bytes{fillers})"
-            f" in {self.seconds:.2f} s, {self.rate:.0f} records/s; {self._how()}; {self.partitions} partitions{tail}"
-        )
-
-
 def _prepare_destination(
     reg: Registry, src: str, dst: str, src_r: streams.Resolved, src_rec: Stream
 ) -> tuple[streams.Resolved, Stream, bool]:
@@ -421,7 +366,7 @@ def copystream(
         show = sys.stderr.isatty() if progress is None else progress
         records = sum(i["end"] - i["est"] for i in work)
         result.engine = inprocess.choose(records, inprocess.COPY_LIMIT, mapreduce, master)
-        inprocess.announce("copystream", result.engine.line("copying", records), say, show)
+        line = result.engine.line("copying", records)
         spec = {
             "src_cluster": src_r.cluster.name,
             "src_props": dict(src_r.cluster.properties),
@@ -433,6 +378,7 @@ def copystream(
         }
         threads: inprocess.Threads[int, dict[str, Any]] | None = None
         if result.engine.spark:
+            inprocess.announce("copystream", line, say, show)
             with spark.starting(show, f"starting Spark ({master or 'local'})"):
                 handle = spark.start_spark(
                     f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
@@ -446,6 +392,7 @@ def copystream(
         t0 = time.monotonic()
         try:
             if threads is not None:
+                inprocess.announce("copystream", line, say, show)  # here: an interrupt from now on stops a copy
                 groups = _deal(work, threads.threads)
                 rows = threads.run(
                     lambda clients, k: _copy_task(spec, [groups[k]], clients, warm[k] if k < len(warm) else None),
