@@ -31,7 +31,6 @@ def _spark_options(f: Any) -> Any:
     f = opt(
         "mapreduce",
         type=BOOL,
-        metavar="true|false",
         help="Run on Spark (true) or in threads of this process (false). Default: in this process when the job is"
         " small (the line printed says which and why), on Spark when it is large or -master is given.",
     )(f)

@@ -192,11 +192,10 @@ def upstream_list_cmd(path: str) -> None:
     " gateways (false).",
 )
 @opt("useexistingreplica", type=BOOL, default=False, help="Use the replica stream if it exists (default false).")
-@opt("master", metavar="URL", help="Run the initial copy on this Spark master (default local[*]).")
+@opt("master", metavar="URL", help="Run the initial copy on this Spark master (default: see -mapreduce).")
 @opt(
     "mapreduce",
     type=BOOL,
-    metavar="true|false",
     help="Run the initial copy on Spark (true) or in this process (false); default: in this process when it is small.",
 )
 @handles_errors
@@ -242,7 +241,7 @@ def promote_cmd(path: str, dryrun: bool) -> None:
 @opt("path", metavar="PATH", help="The new primary (a promoted replica).")
 @opt("replica", metavar="PATH", help="The old primary, to become a replica of -path.")
 @opt("dryrun", type=BOOL, default=False, help="Only print the plan per partition (default false).")
-@opt("master", metavar="URL", help="Spark master for the copies (default local[*]).")
+@opt("master", metavar="URL", help="Run the copies on this Spark master (default: small copies in this process).")
 @handles_errors
 def failback_cmd(path: str, replica: str, dryrun: bool, master: str | None) -> None:
     """Make the old primary a replica of the new one: set its whole history aside into
