@@ -26,10 +26,12 @@ from ..kafka import Consumer, Producer
 from ..registry import Cluster
 from .reader import Clients
 
-#: Records to copy (source offsets past each copy's end) below which copystream runs in this process: Spark's
-#: start-up outweighs its second core below about this many (bench/smalljobs.py; BENCHMARKS.md).
+#: Records to copy (source offsets past each copy's end) below which copystream runs in this process. The threads
+#: won every run below it, Spark's start-up included (bench/smalljobs.py; BENCHMARKS.md); on 2 cores they still won
+#: at 5,000,000, but they use one core and Spark all of them, so a machine with more cores favours Spark sooner.
 COPY_LIMIT = 2_000_000
-#: Records to read (both streams together) below which diffstreams runs in this process.
+#: Records to read (both streams together) below which diffstreams runs in this process (on 2 cores Spark overtook
+#: the threads between 2,000,000 and 5,000,000 records per stream).
 DIFF_LIMIT = 2_000_000
 #: Threads of an in-process job unless -numthreads says otherwise.
 THREADS = 4
