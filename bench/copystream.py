@@ -1,6 +1,8 @@
 """Benchmark: copystream's records/s beside a plain producer's.
 
-Run:  .venv/bin/python bench/copystream.py [-n N] [-partitions P] [-size B] [-master URL]
+Run:  .venv/bin/python bench/copystream.py [-n N] [-partitions P] [-size B] [-master URL] [-mapreduce false]
+
+The copy runs on Spark unless -mapreduce false (the figures recorded before small jobs ran in-process were Spark's).
 
 Prints the figures as JSON (bench/run.py runs it for its copystream row).
 """
@@ -22,7 +24,9 @@ from streamrepl.paths import kafka_topic_name
 from streamrepl.registry import load as load_registry
 
 
-def benchmark(n: int = 1_000_000, partitions: int = 4, size: int = 100, master: str | None = None) -> dict[str, Any]:
+def benchmark(
+    n: int = 1_000_000, partitions: int = 4, size: int = 100, master: str | None = None, mapreduce: bool = True
+) -> dict[str, Any]:
     """copystream's records/s for `n` records of `size` bytes, beside a plain producer's rate.
 
     Starts two embedded clusters and fills a source stream (`partitions` partitions) with a
@@ -66,7 +70,7 @@ def benchmark(n: int = 1_000_000, partitions: int = 4, size: int = 100, master: 
 
         src_rate = plain(ec.brokers["benchsrc"].bootstrap, kt("/benchsrc/bench"))
         before = plain(ec.brokers["benchdst"].bootstrap, kt("/benchdst/plain1"))
-        res = copystream(reg, "/benchsrc/bench", "/benchdst/copy", master=master, progress=False)
+        res = copystream(reg, "/benchsrc/bench", "/benchdst/copy", master=master, mapreduce=mapreduce, progress=False)
         after = plain(ec.brokers["benchdst"].bootstrap, kt("/benchdst/plain2"))
         if not res.complete or res.records != n:
             raise StreamreplError(f"benchmark copy incomplete: {res.summary()} {res.failures or res.stopped}")
@@ -75,7 +79,7 @@ def benchmark(n: int = 1_000_000, partitions: int = 4, size: int = 100, master: 
             "records": n,
             "size": size,
             "partitions": partitions,
-            "master": master or "local[*]",
+            "master": (master or "local[*]") if mapreduce else "in-process",
             "producer_into_source_rps": round(src_rate),
             "plain_producer_rps_before": round(before),
             "plain_producer_rps_after": round(after),
@@ -92,8 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-partitions", type=int, default=4, help="partitions of the source topic (default 4)")
     ap.add_argument("-size", type=int, default=100, help="value bytes (default 100)")
     ap.add_argument("-master", default=None, help="Spark master (default local[*])")
+    ap.add_argument("-mapreduce", default="true", choices=["true", "false"], help="false: copy in-process")
     a = ap.parse_args(argv)
-    print(json.dumps(benchmark(a.n, a.partitions, a.size, a.master), indent=1))
+    print(json.dumps(benchmark(a.n, a.partitions, a.size, a.master, a.mapreduce == "true"), indent=1))
 
 
 if __name__ == "__main__":

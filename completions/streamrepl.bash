@@ -34,8 +34,8 @@ _streamrepl_options() {
         'cluster gateway set') echo '-dstcluster --dstcluster -gateways --gateways -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster list') echo '-timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'consume') echo '-path --path -group --group -failover --failover -offset --offset -timestamp --timestamp -partition --partition -count --count -timeout --timeout -failoverafter --failoverafter -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'diffstreams') echo '-src --src -dst --dst -outdir --outdir -first_exit --first_exit -numthreads --numthreads -master --master -sparkconf --sparkconf -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'diffstreams') echo '-src --src -dst --dst -outdir --outdir -first_exit --first_exit -numthreads --numthreads -master --master -sparkconf --sparkconf -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'gateway') echo '-h --help -help' ;;
         'gateway start') echo '-cluster --cluster -id --id -loglevel --loglevel -metricsport --metricsport -metricsaddr --metricsaddr -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'local') echo '-h --help -help' ;;
@@ -56,7 +56,7 @@ _streamrepl_options() {
         'stream list') echo '-cluster --cluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica') echo '-h --help -help' ;;
         'stream replica add') echo '-path --path -replica --replica -paused --paused -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream replica autosetup') echo '-path --path -replica --replica -multimaster --multimaster -synchronous --synchronous -throttle --throttle -networkencryption --networkencryption -networkcompression --networkcompression -directcopy --directcopy -useexistingreplica --useexistingreplica -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica autosetup') echo '-path --path -replica --replica -multimaster --multimaster -synchronous --synchronous -throttle --throttle -networkencryption --networkencryption -networkcompression --networkcompression -directcopy --directcopy -useexistingreplica --useexistingreplica -master --master -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica edit') echo '-path --path -replica --replica -newreplica --newreplica -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica failback') echo '-path --path -replica --replica -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica list') echo '-path --path -refreshnow --refreshnow -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -113,6 +113,7 @@ _streamrepl_value() {
         'copystream|-numthreads'|'copystream|--numthreads') echo 'value' ;;
         'copystream|-master'|'copystream|--master') echo 'value' ;;
         'copystream|-sparkconf'|'copystream|--sparkconf') echo 'value' ;;
+        'copystream|-mapreduce'|'copystream|--mapreduce') echo 'choice:true false yes no' ;;
         'copystream|-clusters'|'copystream|--clusters') echo 'file' ;;
         'diffstreams|-src'|'diffstreams|--src') echo 'value' ;;
         'diffstreams|-dst'|'diffstreams|--dst') echo 'value' ;;
@@ -121,6 +122,7 @@ _streamrepl_value() {
         'diffstreams|-numthreads'|'diffstreams|--numthreads') echo 'value' ;;
         'diffstreams|-master'|'diffstreams|--master') echo 'value' ;;
         'diffstreams|-sparkconf'|'diffstreams|--sparkconf') echo 'value' ;;
+        'diffstreams|-mapreduce'|'diffstreams|--mapreduce') echo 'choice:true false yes no' ;;
         'diffstreams|-clusters'|'diffstreams|--clusters') echo 'file' ;;
         'gateway start|-cluster'|'gateway start|--cluster') echo 'value' ;;
         'gateway start|-id'|'gateway start|--id') echo 'value' ;;
@@ -210,6 +212,7 @@ _streamrepl_value() {
         'stream replica autosetup|-directcopy'|'stream replica autosetup|--directcopy') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-useexistingreplica'|'stream replica autosetup|--useexistingreplica') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-master'|'stream replica autosetup|--master') echo 'value' ;;
+        'stream replica autosetup|-mapreduce'|'stream replica autosetup|--mapreduce') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-clusters'|'stream replica autosetup|--clusters') echo 'file' ;;
         'stream replica edit|-path'|'stream replica edit|--path') echo 'value' ;;
         'stream replica edit|-replica'|'stream replica edit|--replica') echo 'value' ;;

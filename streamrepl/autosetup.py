@@ -4,8 +4,8 @@
 2. register it as a replica of the source, paused, in state REPLICA_STATE_CREATE_SCHEDULE;
 3. declare the source as its upstream;
 4. copy the existing data (REPLICA_STATE_COPY_IN_PROGRESS) — with `-directcopy true`, the
-   default, autosetup runs the copy itself as a Spark job (copystream) moving records
-   directly between the brokers; with `-directcopy false` the gateways copy the existing
+   default, autosetup runs the copy itself (copystream: in this process when it is small, else
+   a Spark job) moving records directly between the brokers; with `-directcopy false` the gateways copy the existing
    data as ordinary replication, starting from offset 0;
 5. with `-multimaster yes`, the reverse link (replica -> source) both ways;
 6. start replication (REPLICA_STATE_REPLICATING, not paused).
@@ -24,6 +24,7 @@ from typing import Any
 
 from . import replicas, streams
 from .bulk.copystream import copystream
+from .bulk.inprocess import check_engine_options
 from .bulk.spark import check_spark_options
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .model import Replica, ReplicaState
@@ -55,9 +56,11 @@ def autosetup(
     directcopy: bool = True,
     useexistingreplica: bool = False,
     master: str | None = None,
+    mapreduce: bool | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     check_spark_options(master, None)  # before the replica is created or registered
+    check_engine_options(mapreduce, master)
     src, srec = streams.load(reg, path)
     streams.check_perm(srec, "adminperm", src.path, "set up replication")
     dst = streams.resolve(reg, replica)
@@ -95,7 +98,13 @@ def autosetup(
     if directcopy:
         replicas.set_state(reg, str(src.path), str(dst.path), ReplicaState.COPY_IN_PROGRESS)
         say(f"copying the existing data of {src.path} into {dst.path}")
-        result = copystream(reg, str(src.path), str(dst.path), master=master)
+        try:
+            result = copystream(reg, str(src.path), str(dst.path), master=master, mapreduce=mapreduce, say=say)
+        except KeyboardInterrupt as e:
+            raise type(e)(
+                f"the initial copy into {dst.path} stopped part way, offsets intact; the replica stays paused in"
+                " REPLICA_STATE_COPY_IN_PROGRESS: run autosetup again to continue"
+            ) from None
         copied = result.row()
         if not result.complete:
             raise StreamreplError(

@@ -3,8 +3,12 @@ gaps become fillers, and a second run on the same destination is refused."""
 
 from __future__ import annotations
 
+import json
 import os
+import pty
 import re
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from support import RECENT_MS
+from support import RECENT_MS, Run
 
 from streamrepl import kafka, policy, streams, topics
 from streamrepl.bulk.lock import CopyLock, CopyLocked
@@ -22,7 +26,8 @@ from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
 from streamrepl.registry import Registry, load
 
-pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+#: Copies this small run in this process; the tests marked spark run on Spark (-mapreduce true).
+pytestmark = [pytest.mark.e2e]
 
 SRC, DST = "/sanfrancisco/activity", "/newyork/activity"
 TS0 = RECENT_MS  # recent: noida-db deletes records older than retention.ms (7 days)
@@ -171,7 +176,12 @@ def copied(out: str) -> int:
 
 # -- tests -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("name", "option"), [("badthreads", ["-numthreads", "-4"]), ("badmaster", ["-master", "bogus://x"])]
+    ("name", "option"),
+    [
+        ("badthreads", ["-numthreads", "-4"]),
+        ("badmaster", ["-master", "bogus://x"]),
+        ("twoengines", ["-master", "local[2]", "-mapreduce", "false"]),
+    ],
 )
 def test_bad_spark_options_are_refused_before_anything_changes(
     env: Env, capsys: pytest.CaptureFixture[str], name: str, option: list[str]
@@ -187,7 +197,9 @@ def test_bad_spark_options_are_refused_before_anything_changes(
     assert env.kt(dst, "t") not in kafka.topics(env.reg.get("newyork"))
 
 
+@pytest.mark.spark
 def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first copy on Spark, the rerun in this process: either engine continues what the other copied."""
     env.make_stream(SRC, ["clicks", "views", "orders"], 4)
     bs = env.bootstrap("sanfrancisco")
     send(bs, env.kt(SRC, "clicks"), 12, 4, single=True, tag="c")
@@ -197,7 +209,7 @@ def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytes
     send(bs, env.kt(SRC, "orders"), 9, 4, single=True, tag="o", plain=True)
     first = 12 + 4000 + 3000 + 8 + 9
 
-    code, out, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-numthreads", "2")
+    code, out, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-numthreads", "2", "-mapreduce", "true")
     assert code == 0, err
     assert err == ""  # quiet without a terminal
     assert len(out.strip().splitlines()) == 1 and copied(out) == first
@@ -216,8 +228,9 @@ def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytes
     send(bs, env.kt(SRC, "clicks"), 5, 4, start=5000, single=True, tag="c2")
     send(bs, env.kt(SRC, "views"), 2500, 4, start=5000, tag="v2")
     code, out, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-numthreads", "2")
-    assert code == 0, err
+    assert code == 0 and err == "", err
     assert copied(out) == 2505
+    assert out.strip().endswith("; in-process (below 2,000,000; -mapreduce true to use Spark); 12 partitions"), out
     assert assert_copied(env, SRC, DST, parts) == (first + 2505, 0)
 
     # Nothing new: nothing copied, and Spark is not even started.
@@ -293,40 +306,30 @@ def test_an_open_transaction_stops_the_copy_until_it_is_decided(env: Env, capsys
 
 
 def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another run holds the destination (a lock of a live process on this host): refused, nothing copied; once
+    it lets go, the run copies. The lock is the same whichever engine copies."""
     src, dst = "/sanfrancisco/busy", "/newyork/busy"
     env.make_stream(src, ["t"], 2)
     send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 3000, 2)
-    first = subprocess.Popen(
-        [sys.executable, "-m", "streamrepl", "copystream", "-src", src, "-dst", dst, "-numthreads", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, STREAMREPL_CLUSTERS=env.registry_path),
-    )
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+    assert code == 0 and copied(out) == 3000, err
+    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 100, 2, start=3000)
+    store = streams.resolve(env.reg, dst).store
+    other = CopyLock(streams.resolve(env.reg, dst), "/sanfrancisco/elsewhere")
+    other.acquire()
     try:
-        store = streams.resolve(env.reg, dst).store
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            rec = store.get("/busy")
-            if rec is not None and rec.copylock is not None:
-                break
-            assert first.poll() is None, first.communicate()
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the first run never took the lock")
         code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
         assert code != 0
         assert re.search(
             r"copystream: destination /newyork/busy is being copied by another run \(owner \S+, since ", err
         )
-        out1, err1 = first.communicate(timeout=240)
+        kt = env.kt(dst, "t")
+        assert sum(len(records(env.bootstrap("newyork"), kt, p)) for p in range(2)) == 3000  # nothing copied
     finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    assert first.returncode == 0, err1
-    assert err1 == "" and copied(out1) == 3000
-    assert assert_copied(env, src, dst, {"t": 2}) == (3000, 0)
+        other.release()
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
+    assert code == 0 and copied(out) == 100, err
+    assert assert_copied(env, src, dst, {"t": 2}) == (3100, 0)
     assert getattr(store.get("/busy"), "copylock", None) is None
 
 
@@ -416,3 +419,88 @@ def test_permissions_are_checked(env: Env, capsys: pytest.CaptureFixture[str]) -
     assert code != 0 and "stream /sanfrancisco/nosuch does not exist" in err
     code, _, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-sparkconf", "novalue")
     assert code != 0 and "is not KEY=VALUE" in err
+
+
+#: copystream's -json row, whichever engine copied.
+ROW_KEYS = [
+    "src",
+    "dst",
+    "dstcreated",
+    "partitions",
+    "records",
+    "fillers",
+    "bytes",
+    "seconds",
+    "recordspersecond",
+    "sparkstartupseconds",
+    "failed",
+]
+
+
+def _signal_after(args: list[str], registry: str, marker: bytes, sig: signal.Signals) -> Run:
+    """Run streamrepl with stderr on a terminal (a pty: the engine line and the progress bar show) and send `sig`
+    as soon as `marker` appears there; (exit status, stdout, what the terminal showed, escapes removed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamrepl", *args],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=dict(os.environ, STREAMREPL_CLUSTERS=registry),
+    )
+    os.close(slave)
+    shown, sent = b"", False
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the process closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif proc.poll() is not None:
+                break
+            if not sent and marker in shown:
+                proc.send_signal(sig)
+                sent = True
+        assert sent, shown.decode(errors="replace")
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode(errors="replace"))  # the bar's escapes
+    return Run(proc.returncode, out.decode(), plain)
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_copy_leaves_each_partition_whole_and_a_rerun_finishes(
+    env: Env, capsys: pytest.CaptureFixture[str], sig: signal.Signals, status: int
+) -> None:
+    """In-process, Ctrl-C or SIGTERM in the middle of a copy (at the engine line, printed as the copy starts): the
+    tasks stop, what they queued is flushed, the lock is released, one line says what was left. A rerun copies the
+    rest, and the copy is then exact record by record: what the interrupted run wrote was an unbroken prefix."""
+    src, dst = f"/sanfrancisco/stopped{sig.value}", f"/newyork/stopped{sig.value}"
+    n = 20_000  # 0.2 s of copying at least: the signal lands within milliseconds of the line
+    env.make_stream(src, ["t"], 2)
+    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), n, 2)
+    run = _signal_after(
+        ["copystream", "-src", src, "-dst", dst], env.registry_path, f"copying {n:,} records in-process".encode(), sig
+    )
+    assert run.code == status, run.stderr
+    assert run.stdout == ""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, run.stderr
+    assert errors[0].startswith(f"ERROR (4) - copystream: interrupted: the copy into {dst} stopped part way;")
+    assert errors[0].rstrip().endswith("run copystream again to copy the rest"), errors
+    assert getattr(streams.resolve(env.reg, dst).store.get(f"/stopped{sig.value}"), "copylock", None) is None
+
+    code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-json")
+    assert code == 0, err
+    row = json.loads(out)["data"][0]
+    assert list(row) == ROW_KEYS and row["sparkstartupseconds"] == 0
+    assert 0 < row["records"]  # the interrupted run had not finished
+    assert assert_copied(env, src, dst, {"t": 2}) == (n, 0)

@@ -13,7 +13,8 @@ from test_copystream import TS0, Env, cli, records, send
 from streamrepl.bulk.diffstreams import DIFF_COLUMNS
 from streamrepl.local import EphemeralClusters
 
-pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+#: Small comparisons run in this process; the test marked spark compares on Spark first (-mapreduce true).
+pytestmark = [pytest.mark.e2e]
 
 SRC, DST = "/sanfrancisco/orders", "/newyork/orders"
 
@@ -34,6 +35,7 @@ def env() -> Iterator[Env]:
                 os.environ["STREAMREPL_CLUSTERS"] = old
 
 
+@pytest.mark.spark
 def test_equal_streams_match_and_a_planted_difference_is_found(
     env: Env, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -51,7 +53,20 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
     assert code == 0, err
 
     outdir = tmp_path / "diff"
-    code, out, err = cli(capsys, "diffstreams", "-src", SRC, "-dst", DST, "-outdir", str(outdir), "-numthreads", "2")
+    code, out, err = cli(
+        capsys,
+        "diffstreams",
+        "-src",
+        SRC,
+        "-dst",
+        DST,
+        "-outdir",
+        str(outdir),
+        "-numthreads",
+        "2",
+        "-mapreduce",
+        "true",
+    )
     assert code == 0, err
     lines = out.strip().splitlines()
     assert lines[0].split("\t") == list(DIFF_COLUMNS)
@@ -62,6 +77,7 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
     doc = json.loads((outdir / "diffstreams.json").read_text())
     assert doc["match"] is True and doc["src"] == SRC and len(doc["data"]) == 4
 
+    # From here on in this process (small): the same rows.
     # The copy is changed: a foreign record where the source gets another one, in b[1] only.
     b1_end = len(records(env.bootstrap("newyork"), env.kt(DST, "b"), 1))
     p = Producer({"bootstrap.servers": env.bootstrap("newyork"), "log_level": 0})

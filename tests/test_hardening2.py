@@ -56,7 +56,7 @@ def test_a_signal_while_spark_starts_stops_the_jvm_and_removes_its_log(
     out_file, err_file = tmp_path.parent / f"{tmp_path.name}.out", tmp_path.parent / f"{tmp_path.name}.err"
     with out_file.open("w") as out_fd, err_file.open("w") as err_fd:
         proc = subprocess.Popen(
-            [STREAMREPL_BIN, "copystream", "-src", src, "-dst", dst, "-numthreads", "1"],
+            [STREAMREPL_BIN, "copystream", "-src", src, "-dst", dst, "-numthreads", "1", "-mapreduce", "true"],
             stdout=out_fd,
             stderr=err_fd,
             env=dict(os.environ, TMPDIR=str(tmp_path), **{name: value}),

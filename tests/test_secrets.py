@@ -415,13 +415,13 @@ def test_copystream_and_diffstreams_tasks_get_every_cluster_property(
     live = reg.get("live").properties
     assert sum(TOKEN in v for v in live.values()) == 3
 
-    copied = copystream.copystream(reg, STREAM, "/live/orders-inprocess", progress=False)
+    copied = copystream.copystream(reg, STREAM, "/live/orders-inprocess", mapreduce=True, progress=False)
     assert copied.complete and copied.records == 20, copied
     assert {kind for kind, _, _ in task_clients} == {"consumer", "producer"}
     assert all(props == live for _, _, props in task_clients), task_clients
 
     task_clients.clear()
-    diff = diffstreams.diffstreams(reg, STREAM, "/live/orders-inprocess", progress=False)
+    diff = diffstreams.diffstreams(reg, STREAM, "/live/orders-inprocess", mapreduce=True, progress=False)
     assert diff.match, diff.rows
     assert len(task_clients) == 2 * diff.partitions
     assert all(props == live for _, _, props in task_clients), task_clients
@@ -483,7 +483,7 @@ def test_copystream_on_spark(env: Env) -> None:
     # The JVM's log is removed when a run ends; kept here, so that what Spark wrote is searched too.
     copy = run_proc(
         env,
-        ["copystream", "-src", STREAM, "-dst", "/live/orders-copy"],
+        ["copystream", "-src", STREAM, "-dst", "/live/orders-copy", "-mapreduce", "true"],
         timeout=300,
         TMPDIR=str(tmpdir),
         STREAMREPL_KEEP_SPARK_LOG="1",
@@ -493,3 +493,12 @@ def test_copystream_on_spark(env: Env) -> None:
     files = {str(p): p.read_text(errors="replace") for p in tmpdir.rglob("*") if p.is_file()}
     assert any("streamrepl-spark-" in name for name in files), sorted(files)  # the JVM's log
     assert_clean({"copystream": copy.stdout + copy.stderr, **files})
+
+
+def test_copystream_and_diffstreams_in_process(env: Env) -> None:
+    """The same jobs run in this process (small): their output has no secret either."""
+    copy = run_proc(env, ["copystream", "-src", STREAM, "-dst", "/live/orders-threads"], timeout=120)
+    assert copy.code == 0 and "copied 20 records" in copy.stdout and "in-process" in copy.stdout, copy
+    diff = run_proc(env, ["diffstreams", "-src", STREAM, "-dst", "/live/orders-threads", "-json"], timeout=120)
+    assert diff.code == 0, diff
+    assert_clean({"copystream": copy.stdout + copy.stderr, "diffstreams": diff.stdout + diff.stderr})

@@ -1,4 +1,5 @@
-"""copystream: copy every topic of a stream into another stream, offsets preserved (a Spark job).
+"""copystream: copy every topic of a stream into another stream, offsets preserved (in threads here when the
+copy is small, else a Spark job: `inprocess.choose`).
 
 Records go exactly as replication writes them: through `applier.OffsetPreservingWriter`, from the
 destination's `resume_point`, one ordered writer per partition. The end of each source partition is
@@ -18,7 +19,6 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .. import kafka, policy, streams, topics
@@ -29,8 +29,9 @@ from ..kafka import Consumer, TopicPartition
 from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
-from . import spark
+from . import inprocess, spark
 from .access import check_any_perm
+from .copyresult import CopyResult
 from .lock import CopyLock, CopyLocked, LockRefresher
 from .progress import copy_progress
 from .reader import CONSUMER_TUNING, READ_UNCOMMITTED, Clients, batches, snapshot_end
@@ -40,6 +41,8 @@ FILL_CHUNK = 50_000
 #: Keep at most this many records queued in a task's producer before waiting for acknowledgements.
 QUEUE_HIGH = 400_000
 FLUSH_TIMEOUT = 120.0
+#: At most this many producers are made before planning (an in-process run's threads; more are made as needed).
+WARM_MAX = 8
 
 PRODUCER_TUNING: dict[str, Any] = {
     "linger.ms": 20,
@@ -153,12 +156,18 @@ def copy_partition(
     return out
 
 
-def _copy_task(spec: dict[str, Any], groups: Iterable[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
-    shared = SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]))
+def _copy_task(
+    spec: dict[str, Any],
+    groups: Iterable[list[dict[str, Any]]],
+    clients: Clients = kafka,
+    shared: SharedProducer | None = None,
+) -> Iterator[dict[str, Any]]:
+    """One Spark task, or one thread of an in-process run: a few partitions, one producer."""
+    shared = shared or SharedProducer(Cluster(spec["dst_cluster"], spec["dst_props"]), clients)
     try:
         for group in groups:
             for item in group:
-                yield copy_partition(spec, item, shared)
+                yield copy_partition(spec, item, shared, clients)
     finally:
         shared.discard()
 
@@ -171,56 +180,6 @@ def _deal(items: list[dict[str, Any]], hands: int) -> list[list[dict[str, Any]]]
 
 
 # -- the driver: planning, then the job -------------------------------------------------------
-@dataclass
-class CopyResult:
-    src: str
-    dst: str
-    created: bool = False
-    partitions: int = 0
-    records: int = 0
-    fillers: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    spark_seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
-    stopped: list[str] = field(default_factory=list)
-    details: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.failures and not self.stopped
-
-    @property
-    def rate(self) -> float:
-        return self.records / self.seconds if self.seconds > 0 else 0.0
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "src": self.src,
-            "dst": self.dst,
-            # whether this run created the destination stream (not stream info's creation time)
-            "dstcreated": self.created,
-            "partitions": self.partitions,
-            "records": self.records,
-            "fillers": self.fillers,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-            "recordspersecond": round(self.rate),
-            "sparkstartupseconds": round(self.spark_seconds, 3),
-            "failed": len(self.failures) + len(self.stopped),
-        }
-
-    def summary(self) -> str:
-        fillers = f", {self.fillers} fillers" if self.fillers else ""
-        failed = len(self.failures) + len(self.stopped)
-        tail = f"; {failed} partitions NOT fully copied" if failed else ""
-        return (
-            f"copystream: {self.src} -> {self.dst}: copied {self.records} records ({self.bytes} bytes{fillers})"
-            f" in {self.seconds:.2f} s, {self.rate:.0f} records/s; Spark start-up {self.spark_seconds:.2f} s;"
-            f" {self.partitions} partitions{tail}"
-        )
-
-
 def _prepare_destination(
     reg: Registry, src: str, dst: str, src_r: streams.Resolved, src_rec: Stream
 ) -> tuple[streams.Resolved, Stream, bool]:
@@ -371,12 +330,15 @@ def copystream(
     master: str | None = None,
     numthreads: int | None = None,
     conf: dict[str, str] | None = None,
+    mapreduce: bool | None = None,
     progress: bool | None = None,
     warn: Callable[[str], None] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> CopyResult:
     """Copy every topic of stream `src` into stream `dst`, offsets preserved; see the module doc."""
     warn = warn or (lambda text: print(f"copystream: warning: {text}", file=sys.stderr))
     spark.check_spark_options(master, numthreads)  # before the destination is created or locked
+    inprocess.check_engine_options(mapreduce, master)
     src_r, src_rec = streams.load(reg, src)
     check_any_perm(src_rec, ("copyperm", "consumeperm"), src_r, "copy from it")
     dst_r, dst_rec, created = _prepare_destination(reg, src, dst, src_r, src_rec)
@@ -389,7 +351,13 @@ def copystream(
     cancel: list[Callable[[], None]] = []
     refresher = LockRefresher(lock, lambda: [f() for f in cancel])
     refresher.start()
+    warm: list[SharedProducer] = []
     try:
+        if mapreduce is not True and not master:
+            # An idempotent producer is ready 0.5-0.9 s after it is made (measured): these get ready while we plan.
+            warm = [SharedProducer(dst_r.cluster) for _ in range(min(numthreads or inprocess.THREADS, WARM_MAX))]
+            for shared in warm:
+                shared.get()
         dst_rec = dst_r.store.get(dst_r.path.path) or dst_rec
         items = _plan_copy(src_r, src_rec, dst_r, dst_rec, warn)
         result.partitions = len(items)
@@ -398,13 +366,9 @@ def copystream(
         if not work:
             return result
         show = sys.stderr.isatty() if progress is None else progress
-        with spark.starting(show, f"starting Spark ({master or 'local'})"):
-            handle = spark.start_spark(
-                f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
-            )
-        result.spark_seconds = handle.seconds
-        sc = handle.sc
-        cancel.append(sc.cancelAllJobs)
+        records = sum(i["end"] - i["est"] for i in work)
+        result.engine = inprocess.choose(records, inprocess.COPY_LIMIT, mapreduce, master)
+        line = result.engine.line("copying", records)
         spec = {
             "src_cluster": src_r.cluster.name,
             "src_props": dict(src_r.cluster.properties),
@@ -414,20 +378,49 @@ def copystream(
             "dst_uuid": dst_rec.uuid,
             "dst_path": str(dst_r.path),
         }
+        threads: inprocess.Threads[int, dict[str, Any]] | None = None
+        if result.engine.spark:
+            inprocess.announce("copystream", line, say, show)
+            with spark.starting(show, f"starting Spark ({master or 'local'})"):
+                handle = spark.start_spark(
+                    f"streamrepl copystream {src_r.path} -> {dst_r.path}", master, numthreads, conf, secrets
+                )
+            result.spark_seconds = handle.seconds
+            cancel.append(handle.sc.cancelAllJobs)
+        else:
+            threads = inprocess.Threads(numthreads or inprocess.THREADS)
+            cancel.append(threads.stop.set)
         bar = copy_progress(show, dst_r.cluster, work, f"copystream {src_r.path} -> {dst_r.path}")
         t0 = time.monotonic()
         try:
-            # A few partitions per task: each task sets up one producer, and tasks stay balanced.
-            groups = _deal(work, 2 * max(1, sc.defaultParallelism))
-            rows = spark.run_job(
-                sc,
-                lambda: sc.parallelize(groups, len(groups)).mapPartitions(functools.partial(_copy_task, spec)),
-                bar.tick,
-            )
-        except Exception as e:  # noqa: BLE001 - a Spark failure is one line like any other
+            if threads is not None:
+                inprocess.announce("copystream", line, say, show)  # here: an interrupt from now on stops a copy
+                groups = _deal(work, threads.threads)
+                rows = threads.run(
+                    lambda clients, k: _copy_task(spec, [groups[k]], clients, warm[k] if k < len(warm) else None),
+                    range(len(groups)),
+                    bar.tick,
+                )
+            else:
+                assert handle is not None
+                sc = handle.sc
+                # A few partitions per task: each task sets up one producer, and tasks stay balanced.
+                groups = _deal(work, 2 * max(1, sc.defaultParallelism))
+                rows = spark.run_job(
+                    sc,
+                    lambda: sc.parallelize(groups, len(groups)).mapPartitions(functools.partial(_copy_task, spec)),
+                    bar.tick,
+                )
+        except (Exception, inprocess.Cancelled) as e:  # noqa: BLE001 - a failed job is one line like any other
             if lock.lost:
                 raise CopyLocked(lock.lost) from None
-            raise StreamreplError(f"the Spark job failed: {spark.describe(e, secrets)}") from None
+            what = "the Spark job" if threads is None else "the copy"
+            raise StreamreplError(f"{what} failed: {spark.describe(e, secrets)}") from None
+        except KeyboardInterrupt as e:
+            raise type(e)(
+                f"the copy into {dst_r.path} stopped part way; each of its partitions ends where its copy stopped,"
+                " offsets intact, and the lock is released: run copystream again to copy the rest"
+            ) from None
         finally:
             bar.close()
         result.seconds = time.monotonic() - t0
@@ -448,6 +441,8 @@ def copystream(
         result.details = rows
         return result
     finally:
+        for shared in warm:
+            shared.discard()
         refresher.stop()
         if handle is not None:
             handle.stop()

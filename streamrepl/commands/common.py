@@ -143,7 +143,8 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
             report_error(command_name(ctx), e.code, e.message, a.mode)
         except KeyboardInterrupt as e:
             code = 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
-            report_error(command_name(ctx), 4, "interrupted", a.mode, exit_code=code)
+            # A job that stopped part way says what it left behind (raised again with that text).
+            report_error(command_name(ctx), 4, f"interrupted: {e}" if str(e) else "interrupted", a.mode, exit_code=code)
         except BrokenPipeError:
             stdout_closed()
         except Exception as e:  # noqa: BLE001 - the promise is one line, never a traceback

@@ -1,4 +1,4 @@
-"""`streamrepl copystream` and `streamrepl diffstreams`: the bulk jobs, run on Spark."""
+"""`streamrepl copystream` and `streamrepl diffstreams`: the bulk jobs, in this process when small, else on Spark."""
 
 from __future__ import annotations
 
@@ -28,18 +28,26 @@ def parse_sparkconf(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def _spark_options(f: Any) -> Any:
-    f = opt("mapreduce", type=BOOL, hidden=True, help="Accepted for maprcli scripts; the job always runs on Spark.")(f)
+    f = opt(
+        "mapreduce",
+        type=BOOL,
+        help="Run on Spark (true) or in threads of this process (false). Default: in this process when the job is"
+        " small (the line printed says which and why), on Spark when it is large or -master is given.",
+    )(f)
     f = opt(
         "sparkconf",
         metavar="KEY=VALUE",
         multiple=True,
         help="A Spark setting (repeatable), e.g. -sparkconf spark.executor.memory=2g.",
     )(f)
-    f = opt("master", metavar="URL", help="Spark master (default local[*]), e.g. spark://host:7077 or yarn.")(f)
+    f = opt(
+        "master", metavar="URL", help="Run on this Spark master (default local[*]), e.g. spark://host:7077 or yarn."
+    )(f)
     return opt(
         "numthreads",
         type=int,
-        help="Parallel tasks: local[N] on this machine; with -master, at most N cores of the cluster.",
+        help="Parallel tasks: threads in this process, local[N] on Spark; with -master, at most N cores of the"
+        " cluster.",
     )(f)
 
 
@@ -64,14 +72,15 @@ def _fail(command: str, row: list[dict[str, Any]], problems: list[str]) -> None:
 def copystream(
     src: str, dst: str, numthreads: int | None, master: str | None, sparkconf: tuple[str, ...], mapreduce: bool | None
 ) -> None:
-    """Copy every topic of a stream into another stream, offsets preserved (a Spark job).
+    """Copy every topic of a stream into another stream, offsets preserved.
 
     \b
     A destination that does not exist is created with the source's metadata; into one that
     exists only data is copied. Each partition continues where its copy ends, so running
     the command again copies only what is new; two runs on one destination at once are
     refused. Progress shows on a terminal; a one-line summary ends the run. The exit status
-    is 0 only when every partition was copied up to the source's end at the start.
+    is 0 only when every partition was copied up to the source's end at the start. A small
+    copy runs in threads of this process, a large one (or one given -master) on Spark.
 
     \b
     streamrepl copystream -src /sanfrancisco/activity -dst /newyork/activity
@@ -87,6 +96,7 @@ def copystream(
             master=master,
             numthreads=numthreads,
             conf=parse_sparkconf(sparkconf),
+            mapreduce=mapreduce,
         )
     if not app().mode.json:
         sys.stdout.write(res.summary() + "\n")
@@ -122,7 +132,7 @@ def diffstreams(
     sparkconf: tuple[str, ...],
     mapreduce: bool | None,
 ) -> None:
-    """Compare two streams partition by partition (a Spark job); exit 0 only when they match.
+    """Compare two streams partition by partition; exit 0 only when they match.
 
     \b
     For each topic partition: the record counts, the first offset where they differ (-1 when
@@ -145,6 +155,7 @@ def diffstreams(
             master=master,
             numthreads=numthreads,
             conf=parse_sparkconf(sparkconf),
+            mapreduce=mapreduce,
         )
     if outdir:
         job.write_outdir(outdir, res)

@@ -188,10 +188,16 @@ def upstream_list_cmd(path: str) -> None:
     "directcopy",
     type=BOOL,
     default=True,
-    help="Copy existing data with a Spark job now (true, default) or leave it to the gateways (false).",
+    help="Copy existing data now (true, default; in this process or on Spark, see -mapreduce) or leave it to the"
+    " gateways (false).",
 )
 @opt("useexistingreplica", type=BOOL, default=False, help="Use the replica stream if it exists (default false).")
-@opt("master", metavar="URL", help="Spark master for the initial copy (default local[*]).")
+@opt("master", metavar="URL", help="Run the initial copy on this Spark master (default: see -mapreduce).")
+@opt(
+    "mapreduce",
+    type=BOOL,
+    help="Run the initial copy on Spark (true) or in this process (false); default: in this process when it is small.",
+)
 @handles_errors
 def autosetup_cmd(path: str, replica: str, **kw: Any) -> None:
     """Create the replica, copy the existing data and start replication, in one step."""
@@ -235,7 +241,7 @@ def promote_cmd(path: str, dryrun: bool) -> None:
 @opt("path", metavar="PATH", help="The new primary (a promoted replica).")
 @opt("replica", metavar="PATH", help="The old primary, to become a replica of -path.")
 @opt("dryrun", type=BOOL, default=False, help="Only print the plan per partition (default false).")
-@opt("master", metavar="URL", help="Spark master for the copies (default local[*]).")
+@opt("master", metavar="URL", help="Run the copies on this Spark master (default: small copies in this process).")
 @handles_errors
 def failback_cmd(path: str, replica: str, dryrun: bool, master: str | None) -> None:
     """Make the old primary a replica of the new one: set its whole history aside into
