@@ -122,13 +122,20 @@ def create(
 
 def register_existing(r: Resolved, topic: str, partitions: int, timestamptype: str = "createtime") -> None:
     """Record a topic whose Kafka topic already exists (made by a gateway for a replica)."""
+    register_many(r, [(topic, partitions)], timestamptype)
+
+
+def register_many(r: Resolved, wanted: list[tuple[str, int]], timestamptype: str = "createtime") -> None:
+    """Record several (topic, partitions) whose Kafka topics exist, in one metadata write: a gateway creating a
+    replica's topics wrote them one by one, and each write reads the whole metadata log (1,000 topics took minutes)."""
 
     def add(current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {r.path} does not exist")
-        meta = current.topics.get(topic)
-        if meta is None or meta.partitions < partitions:
-            current.topics[topic] = Topic(partitions=partitions, timestamptype=timestamptype)
+        for topic, partitions in wanted:
+            meta = current.topics.get(topic)
+            if meta is None or meta.partitions < partitions:
+                current.topics[topic] = Topic(partitions=partitions, timestamptype=timestamptype)
         return current
 
     r.store.update(r.path.path, add)

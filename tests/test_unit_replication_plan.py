@@ -87,3 +87,38 @@ def test_replica_topics_that_exist_are_left_alone() -> None:
     planner.ensure_topics(planner.discover())
     assert created == []
     assert planner.present() == set(present)
+
+
+def test_missing_replica_topics_are_made_in_one_request_and_recorded_in_one_write(monkeypatch: Any) -> None:
+    """One create request and one metadata write per replica stream, not per topic: at 1,000 replica topics the
+    per-topic requests and writes (each write reads the whole metadata log) took minutes before any partition was
+    acquired (bench/scale.py, 50 streams x 20 topics)."""
+    from streamrepl.replication import plan as plan_module
+
+    created: list[Any] = []
+    registered: list[Any] = []
+
+    class FakeStore:
+        def get(self, path: str) -> Stream:
+            return Stream.from_json({"uuid": "S-NY"})
+
+    class FakeResolved:
+        def __init__(self, path: StreamPath, cluster: Cluster) -> None:
+            self.path, self.cluster, self.store = path, cluster, FakeStore()
+
+    monkeypatch.setattr(plan_module, "Resolved", FakeResolved)
+    monkeypatch.setattr(plan_module.topics, "register_many", lambda r, wanted: registered.append((r.path, wanted)))
+    planner = Planner(
+        REG,
+        CLUSTERS["ny"],
+        list_topics=lambda cluster: {},
+        create_topics=lambda cluster, specs: created.append([(name, n) for name, n, _ in specs]),
+        read_streams=read_streams,
+    )
+    plan = planner.discover()
+    planner.ensure_topics(plan)
+    by_stream: dict[StreamPath, list[tuple[str, int]]] = {}
+    for (dst, topic), n in plan.topics.items():
+        by_stream.setdefault(dst, []).append((topic, n))
+    assert sorted(created) == sorted([(kafka_topic_name(d, t), n) for t, n in w] for d, w in by_stream.items())
+    assert sorted(registered) == sorted(by_stream.items())

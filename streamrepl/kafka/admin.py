@@ -41,21 +41,33 @@ def ping(cluster: Cluster, timeout: float = 5.0) -> bool:
 
 
 def _wait(futures: dict[Any, Any], cluster: Cluster, what: str) -> None:
+    """Wait for every future, then raise the first failure: a caller that finds out what exists afterwards (a topic
+    another process made first) must not look while some of its own are still being made."""
+    first: StreamreplError | None = None
     for name, fut in futures.items():
         try:
-            fut.result(timeout=REQUEST_TIMEOUT + 2)
-        except KafkaException as e:
-            err = e.args[0]
-            code = err.code() if isinstance(err, KafkaError) else None
-            if code == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise AlreadyExists(f"Kafka topic '{name}' already exists on cluster '{cluster.name}'") from None
-            if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise NotFound(f"Kafka topic '{name}' does not exist on cluster '{cluster.name}'") from None
-            if code in TRANSPORT:
-                raise unreachable(cluster, what) from None
-            raise StreamreplError(f"{what} '{name}' failed on cluster '{cluster.name}': {err.str()}") from None
-        except TimeoutError:
+            _result(fut, name, cluster, what)
+        except StreamreplError as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def _result(fut: Any, name: Any, cluster: Cluster, what: str) -> None:
+    try:
+        fut.result(timeout=REQUEST_TIMEOUT + 2)
+    except KafkaException as e:
+        err = e.args[0]
+        code = err.code() if isinstance(err, KafkaError) else None
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:
+            raise AlreadyExists(f"Kafka topic '{name}' already exists on cluster '{cluster.name}'") from None
+        if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise NotFound(f"Kafka topic '{name}' does not exist on cluster '{cluster.name}'") from None
+        if code in TRANSPORT:
             raise unreachable(cluster, what) from None
+        raise StreamreplError(f"{what} '{name}' failed on cluster '{cluster.name}': {err.str()}") from None
+    except TimeoutError:
+        raise unreachable(cluster, what) from None
 
 
 def create_topics(cluster: Cluster, specs: Iterable[tuple[str, int, dict[str, str]]]) -> None:

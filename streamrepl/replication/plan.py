@@ -9,7 +9,7 @@ from collections.abc import Callable
 from .. import kafka, topics
 from ..errors import StreamreplError
 from ..model import Stream
-from ..paths import kafka_topic_name
+from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
 from ..streams import Resolved, kafka_configs
 from .links import Plan, discover, read_streams
@@ -61,21 +61,30 @@ class Planner:
         return adopted
 
     def ensure_topics(self, plan: Plan) -> None:
+        """Create the replica topics the plan needs and are missing, all of a replica stream in one request, and
+        record them in its metadata in one write (one request and one write per topic made 1,000 topics take
+        minutes, with two gateways racing for the same ones)."""
         present = self._list_topics(self.cluster)
+        missing: dict[StreamPath, list[tuple[str, int]]] = {}
         for (dst, topic), n in plan.topics.items():
-            kt = kafka_topic_name(dst, topic)
-            if kt in present:
-                continue
+            if kafka_topic_name(dst, topic) not in present:
+                missing.setdefault(dst, []).append((topic, n))
+        for dst, wanted in missing.items():
             r = Resolved(dst, self.cluster)
             rec = r.store.get(dst.path)
             if rec is None:
                 continue
+            # Replica topics stamp CreateTime so that the source's timestamps survive the copy.
+            conf = kafka_configs(rec.settings, "createtime")
             try:
-                # Replica topics stamp CreateTime so that the source's timestamps survive the copy.
-                self._create_topics(self.cluster, [(kt, n, kafka_configs(rec.settings, "createtime"))])
-            except StreamreplError as e:
-                if kt not in self._list_topics(self.cluster):
-                    log.error("cannot create %s: %s", kt, e)
-                    continue
-            topics.register_existing(r, topic, n)
-            log.info("created topic %s:%s (%d partitions)", dst, topic, n)
+                self._create_topics(self.cluster, [(kafka_topic_name(dst, t), n, conf) for t, n in wanted])
+            except StreamreplError as e:  # another gateway may have made some: what is there now counts
+                now = self._list_topics(self.cluster)
+                for t, _ in wanted:
+                    if kafka_topic_name(dst, t) not in now:
+                        log.error("cannot create %s: %s", kafka_topic_name(dst, t), e)
+                wanted = [(t, n) for t, n in wanted if kafka_topic_name(dst, t) in now]
+            if wanted:
+                topics.register_many(r, wanted)
+            for t, n in wanted:
+                log.info("created topic %s:%s (%d partitions)", dst, t, n)
