@@ -93,7 +93,7 @@ class Partitions:
         self.units: dict[Unit, UnitState] = {}
         self.errored: dict[Unit, str] = {}
         self.sources: dict[str, Consumer] = {}  # link name -> consumer of the source partitions
-        #: link name -> a consumer that reads single source records (divergence checks); never feeds a writer
+        #: source cluster name -> a consumer that reads single source records (divergence checks); never feeds a writer
         self.probes: dict[str, Consumer] = {}
         #: link name -> when its source, which did not answer a check, is asked again (monotonic)
         self._retry_at: dict[str, float] = {}
@@ -121,10 +121,12 @@ class Partitions:
         return c
 
     def _probe(self, link: Link) -> Consumer:
-        c = self.probes.get(link.name)
+        # One per source cluster, not per link: it reads one record at a time, from the loop's own thread, and every
+        # librdkafka client costs CPU while idle (a gateway had three clients a link: 60 at 20 links).
+        c = self.probes.get(link.src_cluster.name)
         if c is None:
             c = self._new_probe(link.src_cluster)
-            self.probes[link.name] = c
+            self.probes[link.src_cluster.name] = c
         return c
 
     def acquire(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer) -> None:
@@ -243,7 +245,7 @@ class Partitions:
         except (KafkaException, TimeoutError) as e:
             log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
             # A probe that saw its source broker restart may keep the partition unknown for minutes: make a new one.
-            probe = self.probes.pop(link.name, None)
+            probe = self.probes.pop(link.src_cluster.name, None)
             if probe is not None:
                 probe.close()
             return "down" if isinstance(e, TimeoutError) or kafka.is_transport(e) else "unread"
@@ -341,7 +343,8 @@ class Partitions:
         live = {link.name for link in plan.links}
         for name in [n for n in self.sources if n not in live]:
             self.sources.pop(name).close()
-        for name in [n for n in self.probes if n not in live]:
+        live_clusters = {link.src_cluster.name for link in plan.links}
+        for name in [n for n in self.probes if n not in live_clusters]:
             self.probes.pop(name).close()
         if self.quiet is not None:
             self.quiet.close_unused(live)
