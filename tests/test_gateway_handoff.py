@@ -77,3 +77,19 @@ def test_partitions_held_by_a_dead_gateway_are_reported_as_stalled_on_noida(
         t = tally(bs, sp(src), uuid_of(ec.registry_path, src), bs, sp(dst), {"t": 4})
         assert t.ok and t.records >= 200, t
         wait_until(lambda: row()["isUptodate"], 30, "replica list to say the replica is up to date")
+
+
+def test_a_second_gateway_started_with_the_same_id_fences_the_first_which_stops_saying_so(
+    ec: EphemeralClusters, tmp_path: Path
+) -> None:
+    """Static members share an id: the broker fences the older one. It went on as if it still owned its slots
+    (librdkafka logged the fatal error, nothing else heard it), so two processes wrote the same partitions."""
+    with Gateways(ec.registry_path, "newyork", tmp_path) as gws:
+        gws.start("dup")
+        wait_until(lambda: slots(ec).get("dup") == 64, 60, "the first gateway dup to own the slots")
+        first = gws.procs.pop("dup")
+        gws.start("dup")
+        code = wait_until(lambda: first.poll(), 60, "the fenced gateway to stop")
+        assert code != 0
+        log = (tmp_path / "dup.log").read_text()
+        assert "another gateway was started with -id dup" in log, log[-2000:]

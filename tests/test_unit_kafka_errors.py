@@ -86,3 +86,14 @@ def test_describe_any_exception_in_one_line_without_secrets() -> None:
 def test_scrub_ignores_secrets_too_short_to_be_told_apart() -> None:
     # A one- or two-character "secret" would blank out ordinary words.
     assert kafka.scrub("a bc def", ["a", "bc", "def"]) == "a bc ********"
+
+
+def test_a_fatal_event_counts_as_fatal_though_its_own_flag_says_not() -> None:
+    # How librdkafka hands over a static consumer's fence: code _FATAL, fatal() False.
+    from confluent_kafka import KafkaError as KE
+
+    from streamrepl import kafka as k
+
+    assert KE(KE._FATAL).fatal() is False
+    assert k.is_fatal(KE(KE._FATAL)) and k.is_fatal(KE(KE.OUT_OF_ORDER_SEQUENCE_NUMBER, fatal=True))
+    assert not k.is_fatal(KE(KE._TRANSPORT))

@@ -82,6 +82,12 @@ def is_partition_eof(err: KafkaError | None) -> bool:
     return err is not None and err.code() == KafkaError._PARTITION_EOF
 
 
+def is_fatal(err: KafkaError | None) -> bool:
+    """A client in a fatal state: librdkafka hands the fatal error over as an event of code _FATAL, whose own
+    fatal() is False (a static consumer fenced by another with its group.instance.id arrives so)."""
+    return err is not None and (bool(err.fatal()) or err.code() == KafkaError._FATAL)
+
+
 def is_retriable(e: BaseException) -> bool:
     err = kafka_error(e)
     return err is not None and bool(err.retriable())

@@ -95,10 +95,11 @@ class SlotGroup:
         if self.consumer is not None:
             msg = self.consumer.poll(0)
             err = msg.error() if msg is not None else None
-            if err is not None and err.fatal():
+            if err is not None and kafka.is_fatal(err):
                 self.consumer = None  # fenced: there is no membership left to leave
                 # A static member is fenced when another process joins under the same id: two gateways would write
-                # the same partitions, so this one stops, loudly.
+                # the same partitions, so this one stops, loudly. (librdkafka hands the fence over as a _FATAL event,
+                # whose fatal() is False: it went unnoticed, and the fenced gateway wrote on.)
                 raise GatewayFenced(
                     f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
                     f" with -id {self.gateway_id}; give each gateway its own -id"
