@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from support.fakes import RecordingProducer
 
 from streamrepl import policy
 from streamrepl.applier import OffsetPreservingWriter, ReplicaConflict
@@ -29,28 +28,6 @@ class Msg:
 
     def key(self) -> bytes:
         return b"k"
-
-
-class RecordingProducer:
-    def __init__(self) -> None:
-        self.sent: list[dict] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        on_delivery: Any = None,
-        callback: Any = None,
-        timestamp: int = 0,
-        headers: Any = None,
-    ) -> None:
-        # confluent-kafka's positional order: the writer passes its arguments positionally (a cost per record)
-        kw = {"value": value, "key": key, "partition": partition, "timestamp": timestamp, "headers": headers}
-        if on_delivery or callback:
-            kw["on_delivery"] = on_delivery or callback
-        self.sent.append({k: v for k, v in kw.items() if v is not None})
 
 
 def test_own_records_coming_back_advance_past_them_and_are_never_written():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from support.fakes import RecordingProducer
 
 from streamrepl import policy
 from streamrepl.bulk.copystream import _foreign_end
@@ -122,32 +123,10 @@ class LogConsumer:
         pass
 
 
-class Producer:
-    def __init__(self) -> None:
-        self.written: list[Any] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        on_delivery: Any = None,
-        callback: Any = None,
-        timestamp: int = 0,
-        headers: Any = None,
-    ) -> None:
-        # confluent-kafka's positional order: the writer passes its arguments positionally (a cost per record)
-        kw = {"value": value, "key": key, "partition": partition, "timestamp": timestamp, "headers": headers}
-        if on_delivery or callback:
-            kw["on_delivery"] = on_delivery or callback
-        self.written.append({k: v for k, v in kw.items() if v is not None})
-
-    def poll(self, timeout: float = 0) -> int:
-        return 0
-
-    def flush(self, timeout: float = 0) -> int:
-        return 0
+class Producer(RecordingProducer):
+    @property
+    def written(self) -> list[dict[str, Any]]:
+        return self.sent
 
 
 # -- the comparison -----------------------------------------------------------------------------
