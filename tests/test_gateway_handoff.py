@@ -88,8 +88,13 @@ def test_a_second_gateway_started_with_the_same_id_fences_the_first_which_stops_
         gws.start("dup")
         wait_until(lambda: slots(ec).get("dup") == 64, 60, "the first gateway dup to own the slots")
         first = gws.procs.pop("dup")
-        gws.start("dup")
-        code = wait_until(lambda: first.poll(), 60, "the fenced gateway to stop")
+        try:
+            gws.start("dup")
+            code = wait_until(lambda: first.poll(), 60, "the fenced gateway to stop")
+        finally:
+            if first.poll() is None:  # the test failed: do not leave it running
+                first.kill()
+                first.wait()
         assert code != 0
         log = (tmp_path / "dup.log").read_text()
         assert "another gateway was started with -id dup" in log, log[-2000:]
