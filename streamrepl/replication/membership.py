@@ -61,11 +61,10 @@ class SlotGroup:
         on_assigned: Callable[[], None],
         on_give_up: Callable[[set[int]], None],
         new_consumer: Callable[..., Consumer] = kafka.consumer,
-        static: bool | None = None,
     ):
         self.cluster = cluster
         #: join as a static member (README, "Brokers"): a gateway started again under its id gets its slots back
-        self.static = kafka.honours_static_membership(cluster) if static is None else static
+        self.static = kafka.honours_static_membership(cluster)
         self.gateway_id = gateway_id
         self.session_ms = session_ms
         self.slots: set[int] = set()
