@@ -28,14 +28,14 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
+from run import PARTITIONS, compare_copies, join_wait  # bench/ is on the path: this file runs as a script
 
 from streamrepl import kafka, settings
 from streamrepl.local import EphemeralClusters
 
 PY = sys.executable
 SRC, DST = "sanfrancisco", "newyork"
-PARTITIONS = 4
 GRACE = 20.0  # seconds past the session after which a partition that did not move counts as "not moved"
 
 
@@ -78,52 +78,8 @@ def stall_reported(src: str) -> bool:
     return any("stopped reporting" in str(r.get("lasterror", "")) for r in rows)
 
 
-def join_wait(bootstrap: str, session_ms: int) -> float:
-    """Seconds from a consumer's subscribe to its first assignment, alone in a new group: the broker's own share
-    of every rebalance."""
-    assigned: list[float] = []
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-join-{time.monotonic_ns()}",
-            "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": 1000,
-        }
-    )
-    t0 = time.perf_counter()
-    c.subscribe(["__streamrepl_gateway_slots"], on_assign=lambda _c, _p: assigned.append(time.perf_counter()))
-    while not assigned and time.perf_counter() - t0 < 60:
-        c.poll(0.05)
-    c.close()
-    return round(assigned[0] - t0, 2) if assigned else float("nan")
-
-
-def read_partition(cluster: object, topic: str, partition: int, end: int) -> list[tuple]:
-    c = kafka.consumer(cluster, **{"enable.partition.eof": True})  # type: ignore[arg-type]
-    c.assign([TopicPartition(topic, partition, 0)])
-    out: list[tuple] = []
-    deadline = time.monotonic() + 60
-    while len(out) < end and time.monotonic() < deadline:
-        for m in c.consume(10_000, timeout=0.5):
-            if m.error() is None:
-                out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
-    c.close()
-    return out
-
-
 def compare(ec: EphemeralClusters, topic: str, src_ends: dict) -> dict[str, int]:
-    src_cluster, dst_cluster = (ec_cluster(ec, n) for n in (SRC, DST))
-    lost = doubled = misplaced = 0
-    for i in range(PARTITIONS):
-        a = read_partition(src_cluster, topic, i, src_ends[(topic, i)])
-        b = read_partition(dst_cluster, topic, i, src_ends[(topic, i)])
-        keys_b: dict[bytes | None, int] = {}
-        for r in b:
-            keys_b[r[1]] = keys_b.get(r[1], 0) + 1
-        lost += sum(1 for r in a if r[1] not in keys_b)
-        doubled += sum(k - 1 for k in keys_b.values() if k > 1)
-        misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
-    return {"lost": lost, "doubled": doubled, "misplaced": misplaced}
+    return compare_copies(ec_cluster(ec, SRC), ec_cluster(ec, DST), topic, src_ends)
 
 
 def ec_cluster(ec: EphemeralClusters, name: str) -> object:

@@ -496,6 +496,22 @@ def read_partition(cluster: object, topic: str, partition: int, end: int) -> lis
     return out
 
 
+def compare_copies(src_cluster: object, dst_cluster: object, topic: str, src_ends: dict) -> dict[str, int]:
+    """Every record of every partition of `topic`, source against replica, by key and offset (bench/handoff.py
+    too): source records missing from the copy, extra copies, and records not at their offset."""
+    lost = doubled = misplaced = 0
+    for i in range(PARTITIONS):
+        a = read_partition(src_cluster, topic, i, src_ends[(topic, i)])
+        b = read_partition(dst_cluster, topic, i, src_ends[(topic, i)])
+        keys_b: dict[bytes | None, int] = {}
+        for r in b:
+            keys_b[r[1]] = keys_b.get(r[1], 0) + 1
+        lost += sum(1 for r in a if r[1] not in keys_b)
+        doubled += sum(k - 1 for k in keys_b.values() if k > 1)
+        misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
+    return {"lost": lost, "doubled": doubled, "misplaced": misplaced}
+
+
 def join_wait(bootstrap: str, session_ms: int) -> float:
     """Seconds from a consumer's subscribe to its first assignment, alone in a new group, with the gateways'
     session timeout: the broker's own share of every rebalance, failover included (Tansu waits half the
@@ -583,16 +599,7 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
     c.close()
     src_c.close()
     stop_gateways(list(gws.values()))
-    lost = doubled = misplaced = 0
-    for i in range(PARTITIONS):
-        a = read_partition(src_cluster, "sr.fo.f", i, src_ends[("sr.fo.f", i)])
-        b = read_partition(dst_cluster, "sr.fo.f", i, src_ends[("sr.fo.f", i)])
-        keys_b: dict[bytes | None, int] = {}
-        for r in b:
-            keys_b[r[1]] = keys_b.get(r[1], 0) + 1
-        lost += sum(1 for r in a if r[1] not in keys_b)
-        doubled += sum(k - 1 for k in keys_b.values() if k > 1)
-        misplaced += sum(1 for x, y in zip(a, b, strict=False) if x != y) + abs(len(a) - len(b))
+    counts = compare_copies(src_cluster, dst_cluster, "sr.fo.f", src_ends)
     from streamrepl import settings
 
     session_ms = settings.gateway().session_ms
@@ -602,9 +609,7 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
         "victim": found,
         "seconds_to_next_record": round(resumed, 2) if resumed else None,
         "records": sum(src_ends.values()),
-        "lost": lost,
-        "doubled": doubled,
-        "misplaced": misplaced,
+        **counts,
     }
 
 
