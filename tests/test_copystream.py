@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from support import RECENT_MS, Run
+from support.clusters import registered_clusters
 
 from streamrepl import kafka, policy, streams, topics
 from streamrepl.bulk.lock import CopyLock, CopyLocked
@@ -57,16 +58,8 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[Env]:
-    old = os.environ.get("STREAMREPL_CLUSTERS")
-    with EphemeralClusters(["sanfrancisco", "newyork"]) as ec:
-        os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
-        try:
-            yield Env(ec)
-        finally:
-            if old is None:
-                os.environ.pop("STREAMREPL_CLUSTERS", None)
-            else:
-                os.environ["STREAMREPL_CLUSTERS"] = old
+    with registered_clusters(["sanfrancisco", "newyork"]) as ec:
+        yield Env(ec)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

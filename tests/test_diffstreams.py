@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from support.clusters import registered_clusters
 from test_copystream import TS0, Env, cli, records, send
 
 from streamrepl.bulk.diffstreams import DIFF_COLUMNS
-from streamrepl.local import EphemeralClusters
 
 #: Small comparisons run in this process; the test marked spark compares on Spark first (-mapreduce true).
 pytestmark = [pytest.mark.e2e]
@@ -21,18 +21,8 @@ SRC, DST = "/sanfrancisco/orders", "/newyork/orders"
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[Env]:
-    import os
-
-    old = os.environ.get("STREAMREPL_CLUSTERS")
-    with EphemeralClusters(["sanfrancisco", "newyork"]) as ec:
-        os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
-        try:
-            yield Env(ec)
-        finally:
-            if old is None:
-                os.environ.pop("STREAMREPL_CLUSTERS", None)
-            else:
-                os.environ["STREAMREPL_CLUSTERS"] = old
+    with registered_clusters(["sanfrancisco", "newyork"]) as ec:
+        yield Env(ec)
 
 
 @pytest.mark.spark
@@ -106,5 +96,7 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
 
 
 def test_missing_stream_is_an_error(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(capsys, "diffstreams", "-src", SRC, "-dst", "/newyork/nosuch")
+    # A source of its own: the test must not depend on an earlier one having made SRC (-m "not spark" skips it).
+    env.make_stream("/sanfrancisco/alone", ["a"], 1)
+    code, _, err = cli(capsys, "diffstreams", "-src", "/sanfrancisco/alone", "-dst", "/newyork/nosuch")
     assert code != 0 and "stream /newyork/nosuch does not exist" in err

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.clusters import registered_clusters
 from test_copystream import Env, assert_copied, cli, copied, send
-
-from streamrepl.local import EphemeralClusters
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
@@ -96,16 +95,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[Env]:
-    old = os.environ.get("STREAMREPL_CLUSTERS")
-    with EphemeralClusters(["sanfrancisco", "newyork"]) as ec:
-        os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
-        try:
-            yield Env(ec)
-        finally:
-            if old is None:
-                os.environ.pop("STREAMREPL_CLUSTERS", None)
-            else:
-                os.environ["STREAMREPL_CLUSTERS"] = old
+    with registered_clusters(["sanfrancisco", "newyork"]) as ec:
+        yield Env(ec)
 
 
 def test_copystream_and_diffstreams_on_a_standalone_cluster(

@@ -66,6 +66,14 @@ def shared_clusters() -> Iterator[EphemeralClusters]:
         gc.collect()
 
 
+@contextlib.contextmanager
+def registered_clusters(names: list[str]) -> Iterator[EphemeralClusters]:
+    """Brokers of a module's own; $STREAMREPL_CLUSTERS names their registry while they run, as before after."""
+    with EphemeralClusters(names) as ec, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STREAMREPL_CLUSTERS", str(ec.registry_path))
+        yield ec
+
+
 def kill_broker(ec: EphemeralClusters, name: str) -> None:
     """SIGKILL one broker of `ec` and reap it. A broker that was frozen with clients connected waits
     for them on SIGTERM (5 s); use this when it holds nothing worth a clean stop."""
