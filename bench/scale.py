@@ -10,7 +10,10 @@ GATEWAYS gateway processes. Every size gets a fresh pair of embedded brokers (`-
 one size's topics never load the next one's brokers. For each size it prints:
 
   set-up     seconds to create the streams, their topics and replicas through the Python API (what an operator's
-             commands do, without a process start each); with --setup-only only this is measured, no gateway runs
+             commands do, without a process start each); with --setup-only only this is measured, no gateway runs,
+             with two more columns: `read ms`, the median time to read every stream record of the source cluster
+             again in the same process (what a gateway's plan watcher does whenever a metadata topic's end moved),
+             and `log records`, how many records the source cluster's metadata log then holds
   acquired   seconds from starting the gateways until every replica partition is held (each gateway's log
              says which partitions it acquired since its slots were last assigned)
   RSS        resident memory (VmRSS) of the gateways (with their cursor-sync workers) and of each broker
@@ -135,6 +138,31 @@ def set_up(reg: object, streams: int, topics: int, partitions: int) -> list[str]
         replicas.add(reg, src, dst)  # type: ignore[arg-type]
         replicas.upstream_add(reg, dst, src)  # type: ignore[arg-type]
     return out
+
+
+def stream_read_ms(reg: object, tries: int = 5) -> float:
+    """Median ms to read every stream record of the source cluster again, in the process that wrote them: what a
+    gateway's plan watcher does each time a metadata topic's end moved, and every command's first step."""
+    from streamrepl.metastore import MetaStore
+
+    cluster = reg.get(SRC)  # type: ignore[attr-defined]
+    times = []
+    for _ in range(tries):
+        t = time.monotonic()
+        MetaStore(cluster).streams()
+        times.append(1000 * (time.monotonic() - t))
+    return round(statistics.median(times), 1)
+
+
+def metadata_records(bootstrap: str) -> int:
+    """How many records the source cluster's metadata log holds."""
+    from streamrepl.paths import METADATA_TOPIC
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale-meta"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(METADATA_TOPIC, 0), timeout=10, cached=False)[1])
+    finally:
+        c.close()
 
 
 def start_gateway(logdir: Path, name: str) -> subprocess.Popen[bytes]:
@@ -294,7 +322,9 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
         t = time.monotonic()
         src_topics = set_up(reg, streams, topics, partitions)
         row["setup_s"] = round(time.monotonic() - t, 2)
-        log(f"{size}: {total} partitions set up in {row['setup_s']:.1f}s")
+        row["read_ms"] = stream_read_ms(reg)
+        row["log_records"] = metadata_records(sb)
+        log(f"{size}: {total} partitions set up in {row['setup_s']:.1f}s; stream records read in {row['read_ms']} ms")
         if args.setup_only:
             return row
         log(f"{size}: starting {gateways} gateway(s)")
@@ -344,7 +374,7 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
 
 
 def report_setup(rows: list[dict]) -> None:
-    head = ("size (SxTxP)", "streams x topics", "partitions", "set-up s", "ms per topic")
+    head = ("size (SxTxP)", "streams x topics", "partitions", "set-up s", "ms per topic", "read ms", "log records")
     lines = [head]
     for r in rows:
         s, t, _, _ = parse_size(r["size"])
@@ -355,6 +385,8 @@ def report_setup(rows: list[dict]) -> None:
                 f"{r['partitions']:,}",
                 f"{r['setup_s']:.2f}",
                 f"{1000 * r['setup_s'] / (s * t):.0f}",
+                f"{r['read_ms']:.1f}",
+                f"{r['log_records']:,}",
             )
         )
     widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
