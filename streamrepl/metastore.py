@@ -70,7 +70,8 @@ class _Log:
     fold, and where to read on. Every MetaStore of the cluster shares it, so each read fetches only the records
     written since the last one: a write used to read the whole log twice, which made setting up many streams and
     topics quadratic (336 s for 50 streams x 20 topics). Its producer and a consumer that looks topics up are kept
-    too: a new client's first request took about 50 ms on Tansu. Used under `lock` (the gateway's plan watcher reads from a thread of its own)."""
+    too: a new client's first request took about 50 ms on Tansu. Used under `lock` (the gateway's plan watcher reads
+    from a thread of its own)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -80,8 +81,8 @@ class _Log:
         self.last_key: bytes | None = None  # the key of the record at next_offset - 1
         self.records_read = 0  # every record fetched, the check of the last one included (for tests)
         #: asks which topics exist, and nothing else. Each read has a consumer of its own, as before: a consumer kept
-        #: for several reads crashed its whole process when the metadata topic was deleted (librdkafka 2.16 on
-        #: Tansu; tests/test_metastore_log.py deletes it), and a new one costs well under a millisecond.
+        #: for several reads crashed its whole process when the metadata topic was deleted (SIGSEGV, librdkafka 2.16
+        #: on Tansu; tests/test_metastore_log.py deletes it), and a new one costs a few milliseconds a read.
         self.lookup: kafka.Consumer | None = None
         self.producer: kafka.Producer | None = None
         self.write_lock = threading.Lock()  # one write at a time: each waits for its own delivery report
@@ -170,8 +171,6 @@ def _log_of(cluster: Cluster) -> _Log:
     with _logs_lock:
         log = _logs.get(key)
         if log is None:
-            if not _logs:
-                atexit.register(close_clients)
             log = _logs[key] = _Log()
         return log
 
@@ -185,6 +184,9 @@ def close_clients() -> None:
     for log in logs:
         with log.lock:
             log.close()
+
+
+atexit.register(close_clients)
 
 
 class MetaStore:
