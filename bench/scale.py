@@ -2,12 +2,18 @@
 
     .venv/bin/python bench/scale.py                                   (the full ladder, about 15 minutes)
     .venv/bin/python bench/scale.py --sizes 1x1x4/1,5x4x4/1 --idle-seconds 10     (a quick run)
+    .venv/bin/python bench/scale.py --setup-only --sizes 1x1x4/1,5x5x4/1,20x10x4/1   (stream set-up alone)
 
 Each size is STREAMSxTOPICSxPARTITIONS/GATEWAYS: that many source streams, each with TOPICS topics of
 PARTITIONS partitions, each replicated (not paused) into its own replica stream in a second cluster, applied by
 GATEWAYS gateway processes. Every size gets a fresh pair of embedded brokers (`--broker tansu|noida`), so
 one size's topics never load the next one's brokers. For each size it prints:
 
+  set-up     seconds to create the streams, their topics and replicas through the Python API (what an operator's
+             commands do, without a process start each); with --setup-only only this is measured, no gateway runs,
+             with two more columns: `read ms`, the median time to read every stream record of the source cluster
+             again in the same process (what a gateway's plan watcher does whenever a metadata topic's end moved),
+             and `log records`, how many records the source cluster's metadata log then holds
   acquired   seconds from starting the gateways until every replica partition is held (each gateway's log
              says which partitions it acquired since its slots were last assigned)
   RSS        resident memory (VmRSS) of the gateways (with their cursor-sync workers) and of each broker
@@ -132,6 +138,31 @@ def set_up(reg: object, streams: int, topics: int, partitions: int) -> list[str]
         replicas.add(reg, src, dst)  # type: ignore[arg-type]
         replicas.upstream_add(reg, dst, src)  # type: ignore[arg-type]
     return out
+
+
+def stream_read_ms(reg: object, tries: int = 5) -> float:
+    """Median ms to read every stream record of the source cluster again, in the process that wrote them: what a
+    gateway's plan watcher does each time a metadata topic's end moved, and every command's first step."""
+    from streamrepl.metastore import MetaStore
+
+    cluster = reg.get(SRC)  # type: ignore[attr-defined]
+    times = []
+    for _ in range(tries):
+        t = time.monotonic()
+        MetaStore(cluster).streams()
+        times.append(1000 * (time.monotonic() - t))
+    return round(statistics.median(times), 1)
+
+
+def metadata_records(bootstrap: str) -> int:
+    """How many records the source cluster's metadata log holds."""
+    from streamrepl.paths import METADATA_TOPIC
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale-meta"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(METADATA_TOPIC, 0), timeout=10, cached=False)[1])
+    finally:
+        c.close()
 
 
 def start_gateway(logdir: Path, name: str) -> subprocess.Popen[bytes]:
@@ -290,7 +321,13 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
         sb, db = ec.brokers[SRC].bootstrap, ec.brokers[DST].bootstrap
         t = time.monotonic()
         src_topics = set_up(reg, streams, topics, partitions)
-        log(f"{size}: {total} partitions set up in {time.monotonic() - t:.1f}s; starting {gateways} gateway(s)")
+        row["setup_s"] = round(time.monotonic() - t, 2)
+        row["read_ms"] = stream_read_ms(reg)
+        row["log_records"] = metadata_records(sb)
+        log(f"{size}: {total} partitions set up in {row['setup_s']:.1f}s; stream records read in {row['read_ms']} ms")
+        if args.setup_only:
+            return row
+        log(f"{size}: starting {gateways} gateway(s)")
         names = [f"gw{i}" for i in range(gateways)]
         t0 = time.monotonic()
         gws = [start_gateway(logdir, n) for n in names]
@@ -336,10 +373,32 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
     return row
 
 
+def report_setup(rows: list[dict]) -> None:
+    head = ("size (SxTxP)", "streams x topics", "partitions", "set-up s", "ms per topic", "read ms", "log records")
+    lines = [head]
+    for r in rows:
+        s, t, _, _ = parse_size(r["size"])
+        lines.append(
+            (
+                r["size"],
+                f"{s} x {t}",
+                f"{r['partitions']:,}",
+                f"{r['setup_s']:.2f}",
+                f"{1000 * r['setup_s'] / (s * t):.0f}",
+                f"{r['read_ms']:.1f}",
+                f"{r['log_records']:,}",
+            )
+        )
+    widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
+    for x in lines:
+        print("  ".join(str(v).ljust(w) for v, w in zip(x, widths, strict=True)).rstrip())
+
+
 def report(rows: list[dict]) -> None:
     head = (
         "size (SxTxP/gw)",
         "partitions",
+        "set-up s",
         "acquired s",
         "idle CPU % gw/src/dst",
         "RSS MB gw/src/dst",
@@ -355,6 +414,7 @@ def report(rows: list[dict]) -> None:
             (
                 r["size"],
                 f"{r['partitions']:,}",
+                f"{r['setup_s']:.1f}",
                 f"{r['acquired_s']:.1f}",
                 f"{c['gateways']:.1f} / {c['source']:.1f} / {c['destination']:.1f}",
                 f"{m['gateways']:.0f} / {m['source']:.0f} / {m['destination']:.0f}",
@@ -377,10 +437,11 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the last acquisition before measuring")
     ap.add_argument("--records", type=int, default=100_000, help="records of the throughput step (0: skip it)")
     ap.add_argument("--timeout", type=float, default=600.0, help="hang guard for each wait")
+    ap.add_argument("--setup-only", action="store_true", help="only create the streams and time it (no gateway)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     rows = [run_size(s, a) for s in a.sizes.split(",") if s.strip()]
-    report(rows)
+    (report_setup if a.setup_only else report)(rows)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

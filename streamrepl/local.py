@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from . import kafka, settings
+from . import kafka, metastore, settings
 from .errors import InvalidArgument, NotFound, Unreachable
 from .local_brokers import KINDS, BrokerKind, kind
 from .logtail import log_tail
@@ -310,6 +310,8 @@ def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> li
         state = _load(sd)
         names = _validate(clusters) if clusters else list(state)
         ours = [b for b in (state.pop(name, None) for name in names) if b and _is_ours(b)]
+        if ours:
+            metastore.close_clients()  # a Tansu broker waits for its connected clients before it stops
         _stop_all(ours)
         _save(sd, state)
         return [b.cluster for b in ours]

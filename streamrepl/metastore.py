@@ -14,8 +14,11 @@ favour of a losing one written later with the same key.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -62,36 +65,160 @@ def _stream(rec: Record) -> Stream:
     return Stream.from_json({k: v for k, v in rec.items() if not k.startswith("_")})
 
 
+class _Log:
+    """The metadata log of one cluster as read so far in this process: the folded state, every key accepted by the
+    fold, and where to read on. Every MetaStore of the cluster shares it, so each read fetches only the records
+    written since the last one: a write used to read the whole log twice, which made setting up many streams and
+    topics quadratic (336 s for 50 streams x 20 topics). Its producer and a consumer that looks topics up are kept
+    too: a new client's first request took about 50 ms on Tansu. Used under `lock` (the gateway's plan watcher reads
+    from a thread of its own)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state: dict[str, Record] = {}
+        self.accepted: set[str] = set()  # keys of every accepted record: whether a write won, whatever came after
+        self.next_offset = 0
+        self.last_key: bytes | None = None  # the key of the record at next_offset - 1
+        self.records_read = 0  # every record fetched, the check of the last one included (for tests)
+        #: asks which topics exist, and nothing else. Each read has a consumer of its own, as before: a consumer kept
+        #: for several reads crashed its whole process when the metadata topic was deleted (SIGSEGV, librdkafka 2.16
+        #: on Tansu; tests/test_metastore_log.py deletes it), and a new one costs a few milliseconds a read.
+        self.lookup: kafka.Consumer | None = None
+        self.producer: kafka.Producer | None = None
+        self.write_lock = threading.Lock()  # one write at a time: each waits for its own delivery report
+
+    def forget(self) -> None:
+        """Drop what was read: the log is gone or is another one now."""
+        self.state, self.accepted, self.next_offset, self.last_key = {}, set(), 0, None
+
+    def read(self, cluster: Cluster, until: int | None = None) -> None:
+        """Fold the records written since the last read (up to and including offset `until`, or the end).
+
+        The log can be re-created or lose its tail behind our back (Tansu restarted on the same port keeps
+        nothing; noida-db killed comes back without what it took since its last save): the read starts again
+        at the record read last, and unless that very record (by its key, which no other write shares) is there,
+        the whole log is folded afresh."""
+        # Also when `until` was read already (by another thread): a writer must not take its record for read unless
+        # the log it was read from is still the one it wrote to.
+        if self.next_offset > 0 and not self._read_on(cluster, until):
+            self.forget()
+        if self.next_offset == 0:
+            self._read_on(cluster, until)
+
+    def partitions_of(self, cluster: Cluster, topic: str) -> int | None:
+        """How many partitions a Kafka topic has (None: no such topic), asking about that topic alone with a kept
+        consumer: a new client's first request took about 50 ms on Tansu, and listing every topic grows with them."""
+        if self.lookup is None:
+            self.lookup = kafka.consumer(cluster)
+        try:
+            return kafka.partitions_of(self.lookup, topic)
+        except kafka.KafkaException:
+            lookup, self.lookup = self.lookup, None
+            lookup.close()
+            raise kafka.unreachable(cluster, "listing topics") from None
+
+    def _read_on(self, cluster: Cluster, until: int | None) -> bool:
+        """Read on from the record read last (from the start when none was): False when it is not there."""
+        consumer = kafka.consumer(cluster)  # readers already use a 10 ms fetch wait (the default 500 ms would cost)
+        check = self.next_offset - 1 if self.next_offset > 0 else None
+        # From offset 0, not OFFSET_BEGINNING: asking where the beginning is made an empty log take 0.5 s to read.
+        start = kafka.TopicPartition(METADATA_TOPIC, 0, check if check is not None else 0)
+        # consume() returns when it has `batch` records or after `wait`: a read on from the last one expects a few
+        # records and takes each as it comes, a whole log is taken in large batches.
+        batch = 1000 if check is None else 1
+        try:
+            if check is not None:
+                # Past the end, a fetch gets nothing (Tansu) and no end-of-partition either: the log is shorter than
+                # what was read, so it is another one. (Tansu's high watermark can fall short of the real end when
+                # the last batch holds several records; this then reads the log afresh, which is only slower.)
+                low, high = kafka.watermarks(consumer, kafka.TopicPartition(METADATA_TOPIC, 0))
+                if not low <= check < high:
+                    return False
+            for m in kafka.read_partition(consumer, start, until, batch=batch, wait=0.01):
+                self.records_read += 1
+                offset = cast(int, m.offset())
+                if check is not None:
+                    # The first record must be the one read last; an offset past the end resets to the earliest.
+                    if offset != check or m.key() != self.last_key:
+                        return False
+                    check = None
+                    continue
+                path = _fold(self.state, m.key(), m.value(), offset)
+                if path is not None:
+                    self.accepted.add(self.state[path]["_key"])
+                self.next_offset, self.last_key = offset + 1, m.key()
+            return check is None  # an empty log when a record was read before: it was re-created
+        except (TimeoutError, kafka.KafkaException):
+            raise kafka.unreachable(cluster, "reading stream metadata") from None
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        if self.lookup is not None:
+            lookup, self.lookup = self.lookup, None
+            lookup.close()
+        self.producer = None
+
+
+_logs: dict[tuple[int, tuple[tuple[str, str], ...]], _Log] = {}
+_logs_lock = threading.Lock()
+
+
+def _log_of(cluster: Cluster) -> _Log:
+    """The shared log of a cluster, by its client properties (other credentials may see other things) and by
+    process: a forked child must not use its parent's Kafka clients."""
+    key = (os.getpid(), tuple(sorted(cluster.client_properties.items())))
+    with _logs_lock:
+        log = _logs.get(key)
+        if log is None:
+            log = _logs[key] = _Log()
+        return log
+
+
+def close_clients() -> None:
+    """Close the clients every cluster's log keeps (also done at exit): a Tansu broker being stopped waits for its
+    connected clients, 5 s, and a client kept for a broker that is gone tries to reconnect for ever."""
+    with _logs_lock:
+        logs = [log for (pid, _), log in _logs.items() if pid == os.getpid()]
+        _logs.clear()
+    for log in logs:
+        with log.lock:
+            log.close()
+
+
+atexit.register(close_clients)
+
+
 class MetaStore:
     """Stream records of one cluster."""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self._seen = False  # the metadata topic once seen stays: no need to ask the broker again
+        self._log = _log_of(cluster)
 
     # -- reading ---------------------------------------------------------------------
     def _exists(self) -> bool:
         if not self._seen:
-            self._seen = METADATA_TOPIC in kafka.topics(self.cluster)
+            with self._log.lock:
+                self._seen = self._log.partitions_of(self.cluster, METADATA_TOPIC) is not None
+                if not self._seen:
+                    self._log.forget()
         return self._seen
 
+    def partitions_of(self, kafka_topic: str) -> int | None:
+        """How many partitions a Kafka topic of this cluster has now (None: it does not exist); with the client the
+        store keeps, so that a command that already read the metadata asks without connecting again."""
+        with self._log.lock:
+            return self._log.partitions_of(self.cluster, kafka_topic)
+
     def _read(self, until: int | None = None) -> dict[str, Record]:
-        """Fold the whole log (or up to and including offset `until`)."""
-        state: dict[str, Record] = {}
+        """The log folded up to its end (or at least up to and including offset `until`)."""
         if not self._exists():
-            return state
-        # A short fetch wait and short polls: the log is small and read whole on every command, so
-        # waiting for a full batch (consume's count) or for the broker's default 500 ms fetch wait
-        # would cost every command a second or more.
-        c = kafka.consumer(self.cluster)  # readers already use a 10 ms fetch wait
-        try:
-            for m in kafka.read_partition(c, kafka.TopicPartition(METADATA_TOPIC, 0, 0), until, batch=1000, wait=0.01):
-                _fold(state, m.key(), m.value(), cast(int, m.offset()))
-            return state
-        except TimeoutError:
-            raise kafka.unreachable(self.cluster, "reading stream metadata") from None
-        finally:
-            c.close()
+            return {}
+        with self._log.lock:
+            self._log.read(self.cluster, until)
+            return dict(self._log.state)  # records are replaced, never changed, by a fold: a shallow copy is safe
 
     def streams(self) -> dict[str, Stream]:
         """Every live stream of the cluster, by path."""
@@ -108,17 +235,6 @@ class MetaStore:
 
     def _append(self, path: str, rec: Record) -> tuple[int, str]:
         """Write one record; return its offset and its key (which names this very write)."""
-        # Not idempotent: setting up an idempotent producer costs 0.5-1 s, on every command. A
-        # duplicate written by a retry is harmless: readers ignore it (its version is no longer
-        # the next one), and the writer recognises its win by the key, not by the offset.
-        p = kafka.producer(
-            self.cluster,
-            **{
-                "linger.ms": 0,
-                "enable.idempotence": False,
-                "message.timeout.ms": int(kafka.REQUEST_TIMEOUT * 1000),
-            },
-        )
         offsets: list[int] = []
         errors: list[kafka.KafkaError] = []
 
@@ -130,17 +246,38 @@ class MetaStore:
 
         key = f"{path}@{rec['version']}@{uuid.uuid4().hex[:12]}"
         body = {k: v for k, v in rec.items() if not k.startswith("_")}
-        p.produce(
-            METADATA_TOPIC,
-            key=key.encode(),
-            value=json.dumps(body, sort_keys=True).encode(),
-            partition=0,
-            on_delivery=delivered,
-        )
-        p.flush(kafka.REQUEST_TIMEOUT + 2)
-        if errors or not offsets:
-            raise kafka.unreachable(self.cluster, "writing stream metadata")
+        with self._log.write_lock:
+            if self._log.producer is None:
+                # Not idempotent: setting up an idempotent producer costs 0.5-1 s, on every command. A
+                # duplicate written by a retry is harmless: readers ignore it (its version is no longer
+                # the next one), and the writer recognises its win by the key, not by the offset.
+                self._log.producer = kafka.producer(
+                    self.cluster,
+                    **{
+                        "linger.ms": 0,
+                        "enable.idempotence": False,
+                        "message.timeout.ms": int(kafka.REQUEST_TIMEOUT * 1000),
+                    },
+                )
+            p = self._log.producer
+            p.produce(
+                METADATA_TOPIC,
+                key=key.encode(),
+                value=json.dumps(body, sort_keys=True).encode(),
+                partition=0,
+                on_delivery=delivered,
+            )
+            p.flush(kafka.REQUEST_TIMEOUT + 2)
+            if errors or not offsets:
+                self._log.producer = None  # a fresh one next time: this one's connection may be what failed
+                raise kafka.unreachable(self.cluster, "writing stream metadata")
         return offsets[-1], key
+
+    def _won(self, key: str, offset: int) -> bool:
+        """Whether the record written with `key` at `offset` was accepted by the fold (read up to it first)."""
+        with self._log.lock:
+            self._log.read(self.cluster, until=offset)
+            return key in self._log.accepted
 
     def update(self, path: str, edit: Edit) -> Stream | None:
         """Apply `edit` to the current record of `path` (None when absent) and store the result.
@@ -163,10 +300,9 @@ class MetaStore:
             rec["path"] = path
             rec["updated"] = int(time.time() * 1000)
             offset, key = self._append(path, rec)
-            after = self._read(until=offset)
-            won = after.get(path)
-            if won is not None and won.get("_key") == key:
-                return None if new is None else _stream(won)
+            if self._won(key, offset):
+                # As read back: the JSON a reader folds, not the objects `edit` returned.
+                return None if new is None else _stream(json.loads(json.dumps(rec)))
             time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise ConcurrentEdit(
             f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time; try again"

@@ -90,7 +90,7 @@ def create(
     if topic in rec.topics:
         raise AlreadyExists(f"topic '{topic}' already exists in stream {r.path}")
     name = kafka_topic_name(r.path, topic)
-    existing = kafka.topics(r.cluster).get(name)
+    existing = r.store.partitions_of(name)  # this topic alone: listing all of them grows with the cluster
     if existing is not None:
         # Made by a plain Kafka client or tool: this adopts it, with the partitions it has (and more if asked).
         if partitions is not None and n > existing:

@@ -127,6 +127,14 @@ def topic_ends(cluster: Cluster, kafka_topics: Iterable[str]) -> dict[tuple[str,
         c.close()
 
 
+def partitions_of(c: Consumer, topic: str, timeout: float = REQUEST_TIMEOUT) -> int | None:
+    """How many partitions `topic` has (None: it does not exist, as for `topics`), asking about that topic alone.
+    Through a consumer, which never asks the broker to create a topic it looks up (a producer or admin client may)."""
+    md = c.list_topics(topic, timeout=timeout)
+    found = md.topics.get(topic)
+    return None if found is None or found.error is not None else len(found.partitions)
+
+
 def first_record(c: Consumer, tp: TopicPartition, low: int, end: int) -> Message | None:
     """The record at `low` when the partition holds records in [low, end), else None."""
     if end <= low:

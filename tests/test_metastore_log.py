@@ -1,0 +1,158 @@
+"""The metadata log is read on from where this process read it last, and from scratch when it is no longer the log
+that was read (deleted and re-created, a broker restarted empty or without its last records).
+
+Every MetaStore of a cluster in one process shares what was read (metastore._log_of); a store of the same cluster
+with one more client property (`_other_process`) has a log of its own, as another process would: it stands for
+the other writers, and for a reader folding the whole log afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from support.clusters import crash_broker
+
+from streamrepl import kafka, metastore, registry
+from streamrepl.errors import ConcurrentEdit
+from streamrepl.local import EphemeralClusters
+from streamrepl.metastore import MetaStore
+from streamrepl.model import Stream
+from streamrepl.paths import METADATA_TOPIC
+from streamrepl.registry import Cluster
+
+# Brokers of its own: the tests delete the metadata topic and restart the broker, which would take every other
+# module's streams with them.
+pytestmark = pytest.mark.e2e
+
+NAME = "metalog"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[EphemeralClusters, Cluster]]:
+    with EphemeralClusters([NAME]) as ec:
+        yield ec, registry.load(str(ec.registry_path)).get(NAME)
+
+
+def _other_process(cluster: Cluster) -> Cluster:
+    return Cluster(cluster.name, {**cluster.properties, "client.id": f"other-{uuid.uuid4().hex[:8]}"})
+
+
+def _create(store: MetaStore, path: str) -> None:
+    store.update(path, lambda _: Stream(path=path, cluster=store.cluster.name, uuid=str(uuid.uuid4())))
+
+
+def _bump(rec: Stream | None) -> Stream:
+    assert rec is not None
+    rec.extra["total"] = rec.extra.get("total", 0) + 1
+    return rec
+
+
+def _from_scratch(cluster: Cluster) -> dict[str, Stream]:
+    return MetaStore(_other_process(cluster)).streams()
+
+
+def _delete_metadata_topic(cluster: Cluster) -> None:
+    kafka.delete_topics(cluster, [METADATA_TOPIC])
+    for _ in range(100):
+        if METADATA_TOPIC not in kafka.topics(cluster):
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the metadata topic was not deleted")
+
+
+def test_a_write_reads_only_the_records_written_since(cluster: tuple[EphemeralClusters, Cluster]) -> None:
+    _, c = cluster
+    store = MetaStore(c)
+    base = f"/{uuid.uuid4().hex[:6]}"
+    for i in range(20):
+        _create(store, f"{base}/s{i}")
+    log = metastore._log_of(c)
+    before = log.records_read
+    for _ in range(10):
+        MetaStore(c).update(f"{base}/s0", _bump)
+    # Each write: the last record read (still there?), then its own record. Reading the whole log, as before,
+    # took 2 x 20 records and more per write.
+    assert log.records_read - before <= 10 * 3
+    before = log.records_read
+    assert MetaStore(c).get(f"{base}/s0").extra["total"] == 10  # type: ignore[union-attr]
+    assert log.records_read - before == 1
+    assert MetaStore(c).streams() == _from_scratch(c)
+
+
+@pytest.mark.parametrize("after", [1, 8], ids=["shorter", "longer"])
+def test_a_recreated_log_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster], after: int) -> None:
+    _, c = cluster
+    base = f"/{uuid.uuid4().hex[:6]}"
+    for i in range(4):
+        _create(MetaStore(c), f"{base}/old{i}")
+    assert f"{base}/old3" in MetaStore(c).streams()
+    other = MetaStore(_other_process(c))
+    _delete_metadata_topic(c)
+    for i in range(after):
+        _create(other, f"{base}/new{i}")
+    seen = MetaStore(c).streams()
+    assert sorted(seen) == [f"{base}/new{i}" for i in range(after)]
+    assert seen == _from_scratch(c)
+
+
+def test_a_broker_restart_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster]) -> None:
+    ec, c = cluster
+    base = f"/{uuid.uuid4().hex[:6]}"
+    for i in range(3):
+        _create(MetaStore(c), f"{base}/old{i}")
+    assert len(MetaStore(c).streams()) >= 3
+    # Tansu comes back empty; noida-db without what it took since its last save (perhaps nothing).
+    crash_broker(ec, NAME, down_seconds=0.2)
+    for i in range(5):
+        _create(MetaStore(_other_process(c)), f"{base}/new{i}")
+    seen = MetaStore(c).streams()
+    assert seen == _from_scratch(c)
+    assert {f"{base}/new{i}" for i in range(5)} <= set(seen)
+    if ec.brokers[NAME].broker == "tansu":
+        assert not {f"{base}/old{i}" for i in range(3)} & set(seen)
+
+
+def test_threads_and_processes_racing_lose_no_increment(cluster: tuple[EphemeralClusters, Cluster]) -> None:
+    """Two threads share the process's log (as the gateway's plan watcher and its main thread do), a third writer
+    has its own (another process): every write they were told succeeded is in the record, and no other."""
+    _, c = cluster
+    path = f"/{uuid.uuid4().hex[:6]}/race"
+    _create(MetaStore(c), path)
+    rounds = 8
+    barrier = threading.Barrier(3)
+    done: dict[str, int] = {}
+
+    def writer(name: str, on: Cluster) -> None:
+        n = 0
+        for _ in range(rounds):
+            barrier.wait(timeout=60)
+
+            def bump(rec: Stream | None) -> Stream:
+                assert rec is not None
+                counters = rec.extra.setdefault("counters", {})
+                counters[name] = counters.get(name, 0) + 1
+                return rec
+
+            try:
+                MetaStore(on).update(path, bump)
+                n += 1
+            except ConcurrentEdit:
+                pass
+        done[name] = n
+
+    threads = [
+        threading.Thread(target=writer, args=("a", c)),
+        threading.Thread(target=writer, args=("b", c)),
+        threading.Thread(target=writer, args=("c", _other_process(c))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(done) == 3
+    for rec in (MetaStore(c).get(path), _from_scratch(c)[path]):
+        assert rec is not None
+        assert rec.extra["counters"] == {k: v for k, v in done.items() if v}
