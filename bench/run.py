@@ -416,7 +416,9 @@ def gateway_throughput(
             # py-spy on the first gateway for the whole run: where a gateway's time goes (BENCHMARKS.md)
             profiler = subprocess.Popen(
                 [spy, "record", "-p", str(gws[0].pid), "-r", "100", "-f", "raw", "--nonblocking"]
-                + ["-o", str(logdir / f"{name}.pyspy.txt")],
+                + ["-o", str(logdir / f"{name}.pyspy.txt")]
+                # BENCH_PROFILE=idle: the samples of waiting threads too (where the loop waits, not only works)
+                + (["--idle"] if os.environ["BENCH_PROFILE"] == "idle" else []),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
