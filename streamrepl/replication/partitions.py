@@ -36,7 +36,7 @@ RETRY_SECONDS = 5.0
 #: How long a source consumer waits before it fetches again for a partition whose prefetched records were over
 #: queued.min.messages (or queued.max.messages.kbytes). librdkafka's default, 1 s, starved the loop: it ran through
 #: the prefetched records long before and slept until the fetches started again (1 KiB records: 70k/s, the loop
-#: idle 30 % of the run; with 10 ms 116-142k/s, same brokers, same minutes; BENCHMARKS.md, issue 15). The wait is
+#: idle 30 % of the run; with 10 ms 108-142k/s, same brokers, same minutes; BENCHMARKS.md, issue 15). The wait is
 #: a timer inside the client: no request is sent while the prefetch is full.
 FETCH_QUEUE_BACKOFF_MS = 10
 
