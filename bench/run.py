@@ -36,6 +36,7 @@ VALUE = b"v" * 100  # the latency and failover runs' value; throughput runs take
 PY = sys.executable
 BIN = str(Path(PY).with_name("streamrepl"))
 C_RELAY = Path(__file__).with_name(".build") / "relay"  # bench/relay.c, compiled by bench/setup
+LATEST = -1  # ListOffsets' "latest" (offsets_for_times): a partition's high watermark
 
 
 def log(msg: str) -> None:
@@ -104,24 +105,28 @@ def count(bootstrap_cluster: object, topic: str, c: Consumer | None = None) -> i
             c.close()
 
 
-def landed(cluster: object, topic: str, n: int, c: Consumer) -> int:
-    """Records in the replica, cheaply enough to ask every 50 ms while a gateway writes: the watermarks (on
-    Tansu the base offset of each partition's last batch + 1, an under-count by less than a batch), and the true
-    ends (which read each partition's last batch: up to 1 MB a partition) only once the watermarks are within
-    the largest batches of n. Reading true ends every 50 ms all the way took the destination broker more CPU
-    per record than the gateway's own writes, in the gateway rows only."""
-    from streamrepl import kafka
+def landed(cluster: object, topic: str, n: int, c: Consumer, partitions: list[int] | None = None) -> int:
+    """Records in the replica, cheaply enough to ask every 50 ms while a gateway writes: the high watermarks of
+    all partitions in one ListOffsets request (on Tansu the base offset of each partition's last batch + 1, an
+    under-count by less than a batch), and the true ends (which read each partition's last batch: up to 1 MB a
+    partition) only once the watermarks are within the largest batches of n. `partitions`: the replica's, once
+    known (the topic is not listed again). Reading true ends every 50 ms all the way took the destination broker
+    more CPU per record than the gateway's own writes, in the gateway rows only; one metadata and two ListOffsets
+    requests a partition (librdkafka's watermark query asks for the low and the high end) still cost it
+    0.3-1.0 us a record at 1 KiB (issue 15)."""
 
     try:
-        md = c.list_topics(topic, timeout=10).topics[topic]
-        if md.error is not None or not md.partitions:
-            return 0  # the replica's topic is created by the gateway when it starts applying
-        tps = [TopicPartition(topic, p) for p in sorted(md.partitions)]
-        highs = sum(kafka.watermarks(c, tp)[1] for tp in tps)
+        if partitions is None:
+            md = c.list_topics(topic, timeout=10).topics[topic]
+            if md.error is not None or not md.partitions:
+                return 0  # the replica's topic is created by the gateway when it starts applying
+            partitions = sorted(md.partitions)
+        latest = [TopicPartition(topic, p, LATEST) for p in partitions]
+        highs = sum(max(tp.offset, 0) for tp in c.offsets_for_times(latest, timeout=10))
     except KafkaException as e:
         log(f"counting {topic}: {e}")
         return 0
-    return count(cluster, topic, c) if highs >= n - 10_000 * len(tps) else highs
+    return count(cluster, topic, c) if highs >= n - 10_000 * len(partitions) else highs
 
 
 def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float:
@@ -416,7 +421,9 @@ def gateway_throughput(
             # py-spy on the first gateway for the whole run: where a gateway's time goes (BENCHMARKS.md)
             profiler = subprocess.Popen(
                 [spy, "record", "-p", str(gws[0].pid), "-r", "100", "-f", "raw", "--nonblocking"]
-                + ["-o", str(logdir / f"{name}.pyspy.txt")],
+                + ["-o", str(logdir / f"{name}.pyspy.txt")]
+                # BENCH_PROFILE=idle: the samples of waiting threads too (where the loop waits, not only works)
+                + (["--idle"] if os.environ["BENCH_PROFILE"] == "idle" else []),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -426,7 +433,7 @@ def gateway_throughput(
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
         got, first = 0, None
         while time.perf_counter() - t0 < timeout:
-            got = landed(dst_cluster, f"sr.{name}.t", n, c)
+            got = landed(dst_cluster, f"sr.{name}.t", n, c, list(range(PARTITIONS)) if got else None)
             if got and first is None:
                 first = (time.perf_counter(), got)
             if got >= n:

@@ -33,13 +33,23 @@ REREAD_CHECK_SECONDS = 5.0
 #: (its feed waits meanwhile: the loop must not stall on a source that is down).
 CHECK_TIMEOUT = 2.0
 RETRY_SECONDS = 5.0
+#: How long a source consumer waits before it fetches again for a partition whose prefetched records were over
+#: queued.min.messages (or queued.max.messages.kbytes). librdkafka's default, 1 s, starved the loop: it ran through
+#: the prefetched records long before and slept until the fetches started again (1 KiB records: 70k/s, the loop
+#: idle 30 % of the run; with 10 ms 108-142k/s, same brokers, same minutes; BENCHMARKS.md, issue 15). The wait is
+#: a timer inside the client: no request is sent while the prefetch is full.
+FETCH_QUEUE_BACKOFF_MS = 10
 
 
 def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
     """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
     the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py.
     `on_lost(cluster name)` is called (from within its consume) when it lost its connection to a broker."""
-    extra: dict[str, Any] = {"fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster), "queued.min.messages": 200000}
+    extra: dict[str, Any] = {
+        "fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster),
+        "queued.min.messages": 200000,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+    }
     extra.update(reports_lost_connection(cluster, on_lost))
     return kafka.consumer(cluster, **extra)
 
