@@ -111,6 +111,8 @@ class EndWatch:
         lost = False
         try:
             for chunk in ask:
+                if self._stop.is_set():
+                    return  # closing: the client must not be in use when it is closed
                 ends += [tp.offset for tp in self.client.offsets_for_times(chunk, timeout=END_CHECK_TIMEOUT)]
         except KafkaException as e:
             lost = kafka.is_transport(e)
@@ -153,7 +155,9 @@ class EndWatch:
         self._stop.set()
         self._wanted.set()
         if self._thread is not None:
-            self._thread.join(END_CHECK_TIMEOUT * 2 + 1)
+            self._thread.join(END_CHECK_TIMEOUT + 1)
+            if self._thread.is_alive():
+                return  # still in a request (a hung broker): closing its client under it could crash the process
         self.client.close()
 
 
