@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import TopicPartition
 from test_unit_replication_mover import SRC, FakeEnds, Rig, link
@@ -128,3 +130,22 @@ def test_a_failed_request_is_news_only_when_the_connection_is_lost() -> None:
     w.round()
     assert w.take() is None
     w.close()
+
+
+def test_a_loop_with_every_feed_quiet_sleeps_until_a_watch_has_news(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing fetched, the loop needs to run only when a quiet feed's end moved: it waits for the watch's
+    news (gateway.IDLE_SLEEP_ALL_QUIET at most) instead of passing every 10 ms."""
+    rig = Rig(link())
+    assert not rig.partitions.all_quiet(), "its feed is fetched"
+    rig = quiet_rig(monkeypatch)
+    assert rig.partitions.all_quiet()
+    rig.mover.move_once()  # the watch is told what to watch
+    rig.ends.ends[(KT, 0)] = 5
+    for w in rig.quiet.watches.values():
+        w.round()
+    waited = threading.Thread(target=rig.quiet.wait_for_news, args=(60,))
+    waited.start()
+    waited.join(30)  # a hang guard: news were published before the wait began
+    assert not waited.is_alive(), "the news did not end the wait"
+    rig.mover.move_once()
+    assert rig.source.assigned == [(KT, 0, 2)] and not rig.partitions.all_quiet()

@@ -113,6 +113,14 @@ class Partitions:
         #: source clusters whose consumer lost its connection since the loop last looked (see source_lost)
         self._lost_sources: set[str] = set()
 
+    def all_quiet(self) -> bool:
+        """Whether no source partition is fetched now: every feed is quiet (quiet.py) and none waits for its source."""
+        return (
+            self.quiet is not None
+            and sum(self.quiet.count.values()) >= sum(self.feed_count.values())
+            and not any(state.unverified for state in self.units.values())
+        )
+
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:

@@ -66,6 +66,8 @@ class EndWatch:
 
     def __init__(self, new_client: Callable[[Callable[[str], None]], Consumer], period: float, start: bool = True):
         self._lost = False
+        #: called (from the watch's thread) when news were published
+        self.on_news: Callable[[], None] = lambda: None
         self.client = new_client(self._on_lost)
         self.period = period
         self._ask: list[list[TopicPartition]] = []
@@ -142,6 +144,7 @@ class EndWatch:
                     changed = {**old[0], **changed}
                     lost = lost or old[1]
                 self._news = (changed, lost)
+            self.on_news()
 
     def take(self) -> tuple[dict[tuple[str, int], int], bool] | None:
         """The news since the last take: (ends that changed, whether the connection was lost); None: nothing new."""
@@ -188,6 +191,7 @@ class QuietFeeds:
         #: source clusters whose watched partitions changed since the watch was told
         self._dirty: set[str] = set()
         self._new_watch = new_watch
+        self._news_ready = threading.Event()
 
     def holds(self, name: str, tp: TopicPartition) -> bool:
         return (name, tp.topic, tp.partition) in self.held
@@ -197,7 +201,8 @@ class QuietFeeds:
         next offset), or the end its last wake was for."""
         busy.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
         if cluster.name not in self.watches:
-            self.watches[cluster.name] = self._new_watch(cluster)
+            w = self.watches[cluster.name] = self._new_watch(cluster)
+            w.on_news = self._news_ready.set
         key = (name, tp.topic, tp.partition)
         self.held[key] = (cluster.name, max(offset, self._woken_for.pop(key, -1)))
         self._readers.setdefault((cluster.name, tp.topic, tp.partition), set()).add(name)
@@ -226,6 +231,11 @@ class QuietFeeds:
                     if end > self.held[(name, topic, partition)][1]:
                         moved.append((name, topic, partition, end))
         return moved, lost
+
+    def wait_for_news(self, timeout: float) -> None:
+        """Sleep up to `timeout`, less when a watch published news meanwhile (taken with the loop's next news())."""
+        if self._news_ready.wait(timeout):
+            self._news_ready.clear()
 
     def wake(self, name: str, tp: TopicPartition, busy: Consumer, offset: int, end: int) -> None:
         """A quiet feed's end moved to `end`: back to its link's consumer, to read on at `offset`."""
