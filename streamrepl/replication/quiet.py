@@ -95,8 +95,8 @@ class EndWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._wanted.clear()  # before looking: partitions given meanwhile set it again
             if not self._ask:
-                self._wanted.clear()
                 self._wanted.wait(1.0)
                 continue
             began = time.monotonic()
