@@ -19,7 +19,8 @@ one size's topics never load the next one's brokers. For each size it prints:
   RSS        resident memory (VmRSS) of the gateways (with their cursor-sync workers) and of each broker
   idle CPU   % of one core used by the gateways (with their workers), the source broker and the
              destination broker while no record flows, from the CPU seconds in /proc/<pid>/stat over
-             --idle-seconds: robust to other load on the machine, unlike wall-clock figures
+             --idle-seconds: robust to other load on the machine, unlike wall-clock figures (the first
+             gateway's threads by name in the log and the JSON: which client costs what)
   wake       ms from one record produced into an idle partition until it is in the replica (--wakes tries, one
              at a time, each into a partition that never had a record): what idling costs in latency
   new topic  seconds from `stream topic create` on a source stream (plus one record) until that record is
@@ -109,6 +110,20 @@ def rss_mb(pids: list[int]) -> float:
         except OSError:
             continue
     return round(total / 1024, 1)
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process's threads by name, digits dropped (librdkafka names its threads rdk:main,
+    rdk:broker12...; Python's are named by streamrepl or "python")."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = re.sub(r"\d+", "", (task / "comm").read_text().strip())
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS
+    return out
 
 
 def idle_cpu(groups: dict[str, list[int]], seconds: float) -> dict[str, float]:
@@ -343,7 +358,15 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
                 "gateway main processes": [g.pid for g in gws],  # without their cursor-sync workers
             }
             spy = profile(gws[0].pid, logdir / "gw0.idle.pyspy.txt")
+            threads0, t_threads = thread_cpu(gws[0].pid), time.monotonic()
             row["idle_cpu_pct"] = idle_cpu(groups, args.idle_seconds)
+            threads1, dt = thread_cpu(gws[0].pid), time.monotonic() - t_threads
+            row["gw0_threads_cpu_pct"] = {
+                k: round(100 * (v - threads0.get(k, 0.0)) / dt, 2)
+                for k, v in sorted(threads1.items(), key=lambda kv: threads0.get(kv[0], 0.0) - kv[1])
+                if v - threads0.get(k, 0.0) > 0
+            }
+            log(f"{size}: the first gateway's threads, % of a core: {row['gw0_threads_cpu_pct']}")
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)

@@ -11,8 +11,9 @@ import pytest
 
 from streamrepl import gateway_lists
 from streamrepl.errors import InvalidArgument
-from streamrepl.kafka import KafkaError
+from streamrepl.kafka import KafkaError, TopicPartition
 from streamrepl.registry import Cluster
+from streamrepl.replication import allowlist
 from streamrepl.replication.allowlist import AllowList
 
 
@@ -33,18 +34,46 @@ class Msg:
 
 
 class FakeConsumer:
+    """Hands out `batches`, one a consume, while not paused; its end lies past its position (`at`) when batches are
+    left."""
+
     def __init__(self, batches: list[list[Msg]]):
         self.batches = batches
         self.closed = False
+        self.paused = False
+        self.at = 0
+        #: what was done to it, in order: "consume" (while not paused), "pause", "end?", "resume"
+        self.calls: list[str] = []
+        self.timeouts: list[float] = []
 
     def assign(self, parts: list) -> None:
         pass
 
     def consume(self, n: int, timeout: float) -> list[Msg]:
-        if self.batches:
-            return self.batches.pop(0)
+        self.timeouts.append(timeout)
+        if not self.paused:
+            if not self.calls or self.calls[-1] != "consume":
+                self.calls.append("consume")
+            if self.batches:
+                return self.batches.pop(0)
         time.sleep(0.01)
         return []
+
+    def pause(self, parts: list) -> None:
+        self.paused = True
+        self.calls.append("pause")
+
+    def resume(self, parts: list) -> None:
+        self.paused = False
+        self.calls.append("resume")
+
+    def position(self, parts: list) -> list:
+        return [TopicPartition(p.topic, p.partition, self.at) for p in parts]
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        if not self.calls or self.calls[-1] != "end?":
+            self.calls.append("end?")
+        return 0, self.at + len(self.batches)  # the batches not read yet lie past the position
 
     def close(self) -> None:
         self.closed = True
@@ -121,3 +150,30 @@ def test_following_the_list_does_not_fetch_every_few_ms() -> None:
         time.sleep(0.01)
     allow.stop()
     assert made and made[0].get("fetch.wait.max.ms", 0) >= 500, made
+
+
+def test_at_the_end_of_the_status_topic_the_follower_stops_fetching_until_its_end_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker that answers an empty fetch at once whatever its wait (noida-db) was asked about 1,000 times a second
+    by an idle gateway's follower: 40 % of the destination broker's core and half of the gateway's. At the end the
+    partition is paused, and only its end is asked for (one ListOffsets request every CHECK_SECONDS) until it moves."""
+    monkeypatch.setattr(allowlist, "CHECK_SECONDS", 0.01)
+    consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)]])
+    consumer.at = 2
+    allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
+    allow.start()
+    deadline = time.monotonic() + 5
+    while consumer.calls[-1:] != ["end?"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert consumer.calls == ["consume", "pause", "end?"], "no fetch while its end stays"
+    assert "gw1" in allow.refusal
+    consumer.batches.append([Msg(KEY, {"gateways": ["gw1"]}), Msg(eof=True)])
+    while allow.refusal and time.monotonic() < deadline:
+        time.sleep(0.01)
+    allow.stop()
+    assert consumer.calls[:5] == ["consume", "pause", "end?", "resume", "consume"], consumer.calls
+    # While it reads, the partition is fetched: a read waits only briefly, so that the end is seen (and the partition
+    # paused) soon after the records; waiting a second there was 1,000 fetches of noida-db every few seconds.
+    assert max(consumer.timeouts) <= allowlist.READ_SECONDS

@@ -16,7 +16,7 @@ from streamrepl.replication import quiet
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
 from streamrepl.replication.partitions import Partitions
-from streamrepl.replication.quiet import QuietFeeds
+from streamrepl.replication.quiet import EndWatch, QuietFeeds
 from streamrepl.replication.stats import GatewayStats
 
 SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/s")
@@ -136,6 +136,30 @@ class FakeConsumer:
         pass
 
 
+class FakeEnds:
+    """The client of an EndWatch (quiet.py): answers each partition's end from `ends` (0 when not set); `lose`
+    reports a lost connection during the next request, as librdkafka's error_cb would."""
+
+    def __init__(self) -> None:
+        self.ends: dict[tuple[str, int], int] = {}
+        self.asked: list[list[tuple[str, int]]] = []
+        self.on_lost: Callable[[str], None] = lambda cluster: None
+        self.lose = False
+
+    def offsets_for_times(self, tps: list[Any], timeout: float = 0) -> list[Any]:
+        self.asked.append([(tp.topic, tp.partition) for tp in tps])
+        if self.lose:
+            self.lose = False
+            self.on_lost("sf")
+        return [TopicPartition(tp.topic, tp.partition, self.ends.get((tp.topic, tp.partition), 0)) for tp in tps]
+
+    def poll(self, timeout: float = 0) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 def link(src: StreamPath = SRC, uuid: str = "SRC", throttle: bool = False) -> Link:
     return Link(src, Cluster(src.cluster, {"bootstrap.servers": "127.0.0.1:1"}), uuid, DST, "DST", throttle, "lz4", 0)
 
@@ -146,8 +170,8 @@ class Rig:
     def __init__(self, *links: Link, throttle_rate: float = 1000):
         #: one consumer per source cluster (a Kafka topic name does not say its cluster)
         self.sources = {lk.src.cluster: FakeConsumer() for lk in links}
-        #: the quiet feeds' consumer (quiet.py), one for every source
-        self.quiet = FakeConsumer()
+        #: what the watches of quiet feeds' ends are told (quiet.py): one client for every source cluster
+        self.ends = FakeEnds()
         self.source = self.sources[links[0].src.cluster]
         self.producer = FakeProducer()
         self.stats = GatewayStats("test")
@@ -157,13 +181,29 @@ class Rig:
             self.stats,
             lambda cluster, **_: self.sources[cluster.name],
             lambda u, e: self.failed.append((u, e)),
-            QuietFeeds(lambda cluster: self.quiet),  # type: ignore[arg-type,return-value]
+            QuietFeeds(lambda cluster: EndWatch(self._ends_client, 0.1, start=False)),
         )
         self.mover = Mover(self.partitions, lambda: self.producer, throttle_rate)
         self.unit = Unit(DST, "t", 0)
         plan = Plan(list(links), {self.unit: [(lk, kafka_topic_name(lk.src, "t")) for lk in links]}, {}, [])
         present = {kafka_topic_name(DST, "t")}
         self.partitions.follow(plan, present, plan.units, True, self.producer)
+
+    def _ends_client(self, on_lost: Callable[[str], None]) -> Any:
+        self.ends.on_lost = on_lost
+        return self.ends
+
+    def look(self) -> None:
+        """Two passes of the loop around one round of every end watch: the first tells them what to watch."""
+        self.mover.move_once()
+        for w in self.quiet.watches.values():
+            w.round()
+        self.mover.move_once()
+
+    @property
+    def quiet(self) -> QuietFeeds:
+        assert self.partitions.quiet is not None
+        return self.partitions.quiet
 
     def feed(self, src: StreamPath, offsets: list[int], headers: Any = None) -> None:
         kt = kafka_topic_name(src, "t")
@@ -263,9 +303,10 @@ def test_idle_passes_do_not_look_at_every_partition_each_time(monkeypatch: pytes
     assert swept.count("writes") == 3, "a pass that served delivery reports checks them at once"
 
 
-def test_a_quiet_feed_is_read_with_long_waits_and_wakes_on_its_first_record(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A feed that brought nothing for QUIET_SECONDS moves to the quiet consumer (long fetch waits: an idle partition
-    costs its broker less), at the writer's next offset; its first record moves it back. Nothing skipped or doubled."""
+def test_a_quiet_feed_is_not_fetched_and_wakes_when_its_end_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed that brought nothing for QUIET_SECONDS leaves its link's consumer: nothing fetches it (an idle partition
+    costs its broker a look at its end now and then); when its end passes the writer's next offset it goes back, to
+    read on there. Nothing skipped or doubled."""
     rig = Rig(link())
     kt = kafka_topic_name(SRC, "t")
     rig.feed(SRC, [0, 1])
@@ -274,13 +315,15 @@ def test_a_quiet_feed_is_read_with_long_waits_and_wakes_on_its_first_record(monk
     monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
     rig.mover._next_sweep = 0.0
     rig.mover.move_once()
-    assert rig.source.assigned == [] and rig.quiet.assigned == [(kt, 0, 2)], "moved, to read on at offset 2"
-    rig.quiet.queued += [Msg(kt, 0, o, f"k{o}".encode()) for o in (2, 3)]
+    assert rig.source.assigned == [] and rig.quiet.holds(link().name, TopicPartition(kt, 0)), "not fetched"
     monkeypatch.setattr(quiet, "QUIET_SECONDS", 60.0)
-    rig.mover._next_quiet_poll = 0.0  # the quiet consumers are asked every QUIET_POLL_SECONDS
-    rig.mover.move_once()
-    assert rig.quiet.assigned == [] and rig.source.assigned == [(kt, 0, 4)], "back, after the records it brought"
-    rig.feed(SRC, [4])
+    rig.ends.ends[(kt, 0)] = 2
+    rig.look()
+    assert rig.ends.asked == [[(kt, 0)]] and rig.source.assigned == [], "its end is where the writer stands"
+    rig.ends.ends[(kt, 0)] = 4
+    rig.look()
+    assert rig.source.assigned == [(kt, 0, 2)], "back, to read on where the writer stands"
+    rig.feed(SRC, [2, 3, 4])
     rig.mover.move_once()
     assert [r["key"] for r in rig.replica()] == [b"k0", b"k1", b"k2", b"k3", b"k4"]
 
@@ -290,7 +333,7 @@ def test_a_throttled_feed_never_goes_quiet(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
     rig.mover._next_sweep = 0.0
     rig.mover.move_once()
-    assert rig.quiet.assigned == [] and rig.source.assigned, "its pause and seek state lives in its own consumer"
+    assert not rig.quiet.held and rig.source.assigned, "its pause and seek state lives in its own consumer"
 
 
 def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request() -> None:
@@ -313,22 +356,18 @@ def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request()
 
 def test_a_link_whose_feeds_are_all_quiet_is_not_asked_for_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle gateway asked every consumer for records on every pass: at 20 links that was most of its own CPU.
-    A link consumer whose feeds all went quiet holds nothing to read, and the quiet ones are asked every
-    QUIET_POLL_SECONDS, not on every pass."""
+    A link consumer whose feeds all went quiet holds nothing to read."""
     rig = Rig(link())
     asked: list[str] = []
-    for name, consumer in (("busy", rig.source), ("quiet", rig.quiet)):
-        real = consumer.consume
-        monkeypatch.setattr(
-            consumer, "consume", lambda n, timeout=0, real=real, name=name: asked.append(name) or real(n)
-        )
+    real = rig.source.consume
+    monkeypatch.setattr(rig.source, "consume", lambda n, timeout=0: asked.append("busy") or real(n))
     monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
     rig.mover._next_sweep = 0.0
     rig.mover.move_once()  # the feed goes quiet
     asked.clear()
     for _ in range(20):
         rig.mover.move_once()
-    assert "busy" not in asked and asked.count("quiet") <= 2, asked
+    assert asked == [], asked
 
 
 class FatalProducer(FakeProducer):

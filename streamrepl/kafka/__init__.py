@@ -45,8 +45,8 @@ from .admin import (
 from .brokers import (
     busy_fetch_wait_ms,
     honours_static_membership,
-    idle_fetch_wait_ms,
     leaves_group_safely,
+    quiet_end_check_ms,
     watermark_is_exact,
 )
 from .clients import REQUEST_TIMEOUT, admin_client, client_config, consumer, producer
@@ -96,8 +96,8 @@ __all__ = [
     "watermark_is_exact",
     "honours_static_membership",
     "busy_fetch_wait_ms",
-    "idle_fetch_wait_ms",
     "leaves_group_safely",
+    "quiet_end_check_ms",
     "ACCESS_DENIED",
     "COMPACTED",
     "INTERNAL_GROUP_PREFIX",

@@ -49,15 +49,13 @@ def busy_fetch_wait_ms(cluster: Cluster) -> int:
     return 500 if cluster.broker not in ("tansu", "noida") else 10
 
 
-def idle_fetch_wait_ms(cluster: Cluster) -> int:
-    """How long a fetch of quiet source partitions may wait at `cluster` for records (replication/quiet.py).
+def quiet_end_check_ms(cluster: Cluster) -> int:
+    """How often the ends of quiet source partitions, which are not fetched, are asked for (replication/quiet.py).
 
-    Apache Kafka holds a fetch until records arrive or the wait ends (long polling): a long wait costs no latency
-    and spares the broker the empty fetches of idle partitions. Tansu also holds the fetch but keeps reading every
-    partition of it while it waits, and sees a record that arrives meanwhile only at its next look: 800 idle
-    partitions cost it 91 % of a core at 10 ms, 33 % at 100 ms, 10 % at 500 ms, with a record arriving in an
-    idle partition seen after 46, 61 and 192 ms (median; bench/idle_fetch_probe.py, BENCHMARKS.md). 100 ms keeps
-    that wake within tens of ms. noida-db answers an empty fetch at once whatever the wait (about 1,000 fetches/s
-    from one consumer): the wait changes nothing there.
+    One ListOffsets round for 800 idle partitions (4 requests of 200), measured with bench/idle_fetch_probe.py: on
+    Tansu about 3 % of a core at one round every 100 ms, 6 % every 50 ms, 14 % every 20 ms (fetching them cost 91 %
+    at a 10 ms wait, 33 % at 100 ms); on noida-db 0.5 %, 1.1 % and 2.2 % (fetching them: 25-35 % at any wait); the
+    client about as much as Tansu. A record into a quiet partition is seen after about half the period plus the
+    request (p50 40-77 ms at 100 ms). Apache Kafka answers ListOffsets from memory as well.
     """
-    return 500 if cluster.broker not in ("tansu", "noida") else 100
+    return 100

@@ -16,13 +16,16 @@ from collections.abc import Callable
 from typing import cast
 
 from .. import gateway_lists, kafka, statustopic
-from ..kafka import Consumer, TopicPartition
+from ..kafka import Consumer, KafkaException, TopicPartition
 from ..registry import Cluster
 
 log = logging.getLogger("streamrepl.gateway")
 
-#: how long one read of the status topic waits for records; the list is judged at least this often
+#: how often the end of the status topic is asked for while it is read to its end (its partition paused meanwhile)
 CHECK_SECONDS = 1.0
+#: how long one read of the status topic waits for records: short, since the partition is fetched all that time,
+#: and a broker that answers an empty fetch at once (noida-db) is asked about 1,000 times a second meanwhile
+READ_SECONDS = 0.05
 #: how long a fetch of the status topic may wait at the broker: the list needs no faster look than CHECK_SECONDS
 FOLLOW_FETCH_WAIT_MS = 500
 
@@ -64,6 +67,7 @@ class AllowList:
 
     def _follow(self) -> None:
         consumer = self._new_consumer(self.cluster, **{"fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS})
+        tp = TopicPartition(statustopic.STATUS_TOPIC, 0)
         try:
             consumer.assign([TopicPartition(statustopic.STATUS_TOPIC, 0, 0)])
             gateways: list[str] = []
@@ -79,14 +83,34 @@ class AllowList:
                     if refusal and not self.refusal:
                         log.warning("%s: stopping", refusal)
                     self.refusal = refusal
+                    self._wait_for_more(consumer, tp)
         finally:
             consumer.close()
 
+    def _wait_for_more(self, consumer: Consumer, tp: TopicPartition) -> None:
+        """At the end of the status topic: stop fetching it until its end moves, asked for every CHECK_SECONDS (one
+        ListOffsets request). A broker that answers an empty fetch at once whatever the wait (noida-db) was otherwise
+        asked about 1,000 times a second by every idle gateway. The end can be low on Tansu (the last batch's base
+        offset + 1) but a new batch still moves it past the position."""
+        consumer.pause([tp])
+        try:
+            at = consumer.position([tp])[0].offset
+            while not self.stopping and at >= 0:
+                time.sleep(CHECK_SECONDS)
+                try:
+                    _, high = consumer.get_watermark_offsets(tp, timeout=CHECK_SECONDS, cached=False)
+                except KafkaException:
+                    return  # read on: the read says what is wrong
+                if high > at:
+                    return
+        finally:
+            consumer.resume([tp])
+
     @staticmethod
-    def read_on(consumer: Consumer, gateways: list[str]) -> tuple[list[str], bool]:
+    def read_on(consumer: Consumer, gateways: list[str], timeout: float = READ_SECONDS) -> tuple[list[str], bool]:
         """The list after the records read now, and whether the topic was read to its end."""
         at_end = False
-        for m in consumer.consume(1000, timeout=CHECK_SECONDS):
+        for m in consumer.consume(1000, timeout=timeout):
             err = m.error()
             if err is not None:
                 at_end = at_end or kafka.is_partition_eof(err)

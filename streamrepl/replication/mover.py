@@ -30,9 +30,6 @@ BATCH = 10000
 #: After such a restart, how long the destination must have answered before partitions are taken up again:
 #: a produce request sent to a frozen broker before the restart is appended when the broker resumes.
 RESTART_GRACE_SECONDS = 2.0
-#: How often the quiet consumers are asked for records: their fetches wait far longer than this anyway (quiet.py),
-#: and asking each of them on every pass of an idle loop was most of an idle gateway's own CPU at 800 partitions.
-QUIET_POLL_SECONDS = 0.02
 #: How often an idle loop walks every partition for delivery errors and feeds waiting for their source. A pass
 #: that served delivery reports checks them at once; errors are only ever set by those reports (also served by
 #: flushes and the BufferError wait, which this catches within the period). At 800 partitions and a pass every
@@ -70,7 +67,6 @@ class Mover:
         self._end_checks_off_until = 0.0
         self._observers: dict[str, Callable[[float], None]] = {}
         self._next_sweep = 0.0
-        self._next_quiet_poll = 0.0
         #: replica partition -> its end, asked for ahead for the partitions one batch wakes (_ends_of_waking)
         self._ends_ahead: dict[tuple[str, int], int] = {}
         #: when the first throttled partition is due to resume (inf: none is throttled)
@@ -94,17 +90,8 @@ class Mover:
             self.partitions.recheck_lost_sources()
             if msgs:
                 busy += self.apply_batch(link, msgs)
-        polls_quiet = now >= self._next_quiet_poll
-        if polls_quiet:
-            self._next_quiet_poll = now + QUIET_POLL_SECONDS
-        for name, c in list(quiet.consumers.items()) if quiet is not None and polls_quiet else []:
-            link = self.partitions.links_by_source.get(name)
-            msgs = c.consume(BATCH, timeout=0) if link is not None else []
-            self.partitions.recheck_lost_sources()  # as above: a source lost meanwhile is compared first
-            if msgs:
-                busy += self.apply_batch(link, msgs)  # type: ignore[arg-type]
-                for topic, partition in {(m.topic(), m.partition()) for m in msgs if m.error() is None}:
-                    quieting.wake(self.partitions, name, topic, partition)  # type: ignore[arg-type]
+        # Quiet feeds whose end moved (their watch asks from a thread of its own; news taken here costs nothing).
+        quieting.wake_moved(self.partitions)
         served = self.poll_producer()
         if self.partitions.stale_producer:
             self.restart_writes(f"a partition it wrote was re-created: {self.partitions.stale_producer}")

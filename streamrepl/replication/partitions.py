@@ -123,6 +123,14 @@ class Partitions:
         #: source clusters whose consumer lost its connection since the loop last looked (see source_lost)
         self._lost_sources: set[str] = set()
 
+    def all_quiet(self) -> bool:
+        """Whether no source partition is fetched now: every feed is quiet (quiet.py) and none waits for its source."""
+        return (
+            self.quiet is not None
+            and sum(self.quiet.count.values()) >= sum(self.feed_count.values())
+            and not any(state.unverified for state in self.units.values())
+        )
+
     def _source_consumer(self, link: Link) -> Consumer:
         c = self.sources.get(link.name)
         if c is None:
@@ -221,9 +229,10 @@ class Partitions:
     def _remove_feed(self, state: UnitState, name: str) -> None:
         link, tp = state.feeds.pop(name)
         c = self.sources.get(name)
-        if self.quiet is not None and self.quiet.holds(name, tp):
-            self.quiet.release(name, tp)
-        elif c is not None:
+        quiet = self.quiet is not None and self.quiet.holds(name, tp)
+        if self.quiet is not None:
+            self.quiet.release(name, tp)  # also forgets the end its last wake was for
+        if not quiet and c is not None:
             try:
                 c.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
             except Exception:  # noqa: BLE001 - already gone
@@ -357,7 +366,7 @@ class Partitions:
         for name in [n for n in self.probes if n not in live_clusters]:
             self.probes.pop(name).close()
         if self.quiet is not None:
-            self.quiet.close_unused(live)
+            self.quiet.close_unused(live, live_clusters)
         self.links_by_source = {
             name: next(state.feeds[name][0] for state in self.units.values() if name in state.feeds)
             for name in self.sources

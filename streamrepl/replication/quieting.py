@@ -1,4 +1,5 @@
-"""Moving feeds between a link's consumer and its quiet consumer (quiet.py), from the mover's loop."""
+"""Moving feeds between a link's consumer and the quiet feeds whose ends are watched (quiet.py), from the mover's
+loop."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from .quiet import due
 
 
 def quieten_idle(partitions: Partitions) -> None:
-    """Feeds that brought no record for quiet.QUIET_SECONDS move to their link's quiet consumer (see quiet.py)."""
+    """Feeds that brought no record for quiet.QUIET_SECONDS stop being fetched; their ends are watched (quiet.py)."""
     quiet = partitions.quiet
     if quiet is None:
         return
@@ -31,8 +32,23 @@ def quieten_idle(partitions: Partitions) -> None:
         state.active_at = now
 
 
-def wake(partitions: Partitions, name: str, topic: str, partition: int) -> None:
-    """A quiet feed brought records: back to its link's consumer, from where its writer is now."""
+def wake_moved(partitions: Partitions) -> None:
+    """The quiet feeds whose end moved go back to their link's consumer. A source cluster whose connection was lost
+    first has its feeds stopped and compared with their replicas again (Partitions.recheck_lost_sources): a
+    restarted broker may have taken new records at offsets the replica already holds, and its end moved by them."""
+    quiet = partitions.quiet
+    if quiet is None:
+        return
+    moved, lost = quiet.news()
+    for cluster in lost:
+        partitions.source_lost(cluster)
+    partitions.recheck_lost_sources()
+    for name, topic, partition, end in moved:
+        wake(partitions, name, topic, partition, end)
+
+
+def wake(partitions: Partitions, name: str, topic: str, partition: int, end: int) -> None:
+    """A quiet feed's end moved to `end`: back to its link's consumer, from where its writer is now."""
     unit = partitions.by_source.get((name, topic, partition))
     state = partitions.units.get(unit) if unit else None
     busy = partitions.sources.get(name)
@@ -41,5 +57,5 @@ def wake(partitions: Partitions, name: str, topic: str, partition: int) -> None:
         return
     tp = state.feeds[name][1]
     if quiet.holds(name, tp):
-        quiet.wake(name, tp, busy, state.writer.next)
+        quiet.wake(name, tp, busy, state.writer.next, end)
         state.active_at = time.monotonic()

@@ -1,0 +1,151 @@
+"""Quiet feeds (replication/quiet.py, quieting.py): not fetched, their ends watched; with fake clients, no broker."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from confluent_kafka import TopicPartition
+from test_unit_replication_mover import SRC, FakeEnds, Rig, link
+
+from streamrepl.paths import kafka_topic_name
+from streamrepl.replication import quiet, quieting
+from streamrepl.replication.links import Plan
+from streamrepl.replication.quiet import EndWatch
+
+KT = kafka_topic_name(SRC, "t")
+
+
+def quiet_rig(monkeypatch: pytest.MonkeyPatch) -> Rig:
+    """A rig whose one feed applied offsets 0 and 1, then went quiet (the writer's next offset: 2)."""
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    rig.mover.move_once()  # the deliveries: the writer is idle
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 60.0)
+    assert rig.quiet.holds(link().name, TopicPartition(KT, 0)) and rig.source.assigned == []
+    return rig
+
+
+def test_a_wake_that_finds_nothing_does_not_wake_the_feed_again_for_the_same_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transaction's commit marker (or an aborted transaction) moves the end without a record to read. The wake
+    finds nothing, the feed goes quiet again, and it must not wake every quiet spell for that same end: only when
+    the end moves past it."""
+    rig = quiet_rig(monkeypatch)
+    rig.ends.ends[(KT, 0)] = 3
+    rig.look()
+    assert rig.source.assigned == [(KT, 0, 2)], "woken, to read on at the writer's next offset"
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 0.0)
+    rig.mover._next_sweep = 0.0
+    rig.mover.move_once()  # nothing came: quiet again
+    monkeypatch.setattr(quiet, "QUIET_SECONDS", 60.0)
+    assert rig.source.assigned == []
+    for _ in range(3):
+        rig.look()
+    assert rig.source.assigned == [], "the same end does not wake it again"
+    rig.ends.ends[(KT, 0)] = 4
+    rig.look()
+    assert rig.source.assigned == [(KT, 0, 2)], "an end past it does"
+
+
+def test_a_feed_let_go_while_quiet_is_no_longer_watched_nor_woken(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = quiet_rig(monkeypatch)
+    rig.look()
+    assert rig.ends.asked[-1] == [(KT, 0)]
+    lk = link()
+    rig.partitions.follow(Plan([lk], {}, {}, []), {KAFKA_DST}, {}, True, rig.producer)  # type: ignore[arg-type]
+    assert rig.partitions.units == {} and not rig.quiet.held
+    rig.ends.ends[(KT, 0)] = 10
+    asked = len(rig.ends.asked)
+    rig.look()
+    assert len(rig.ends.asked) == asked, "nothing left to ask for"
+    assert rig.source.assigned == [], "not woken into a consumer"
+
+
+KAFKA_DST = kafka_topic_name(link().dst, "t")
+
+
+def test_a_quiet_feed_whose_source_connection_was_lost_is_checked_again_before_it_wakes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A source broker that restarted may have lost records the replica holds and taken new ones at their offsets:
+    its end moves past the writer. The watch reports the lost connection with that end; the feed is compared with
+    its replica again (unverified) instead of reading on after the old history."""
+    rig = quiet_rig(monkeypatch)
+    rig.mover.move_once()  # the watch is told what to watch
+    rig.ends.ends[(KT, 0)] = 5
+    rig.ends.lose = True
+    for w in rig.quiet.watches.values():
+        w.round()
+    quieting.wake_moved(rig.partitions)
+    state = rig.partitions.units[rig.unit]
+    assert link().name in state.unverified and not state.feeds, "stopped, to be compared with the replica first"
+    assert rig.source.assigned == [] and not rig.quiet.held
+
+
+def test_an_end_watch_publishes_only_the_ends_that_changed_and_every_end_when_what_it_watches_changed() -> None:
+    client = FakeEnds()
+    w = EndWatch(lambda on_lost: client, 0.1, start=False)
+    assert w.take() is None
+    w.watch([("a", 0), ("a", 1)])
+    w.round()
+    assert w.take() == ({("a", 0): 0, ("a", 1): 0}, False), "the first answer: every end"
+    w.round()
+    assert w.take() is None, "nothing changed"
+    client.ends[("a", 1)] = 7
+    w.round()
+    client.ends[("a", 0)] = 3
+    w.round()
+    assert w.take() == ({("a", 0): 3, ("a", 1): 7}, False), "rounds not taken yet add up"
+    w.watch([("a", 0), ("b", 0)])
+    w.round()
+    assert w.take() == ({("a", 0): 3, ("b", 0): 0}, False), "every end again: a partition may have joined"
+    client.lose = True
+    client.on_lost = w._on_lost
+    w.round()
+    assert w.take() == ({}, True), "a lost connection: its answer is not trusted"
+    w.close()
+
+
+def test_a_failed_request_is_news_only_when_the_connection_is_lost() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    class Failing(FakeEnds):
+        code = KafkaError._TRANSPORT
+
+        def offsets_for_times(self, tps: list, timeout: float = 0) -> list:
+            raise KafkaException(KafkaError(self.code))
+
+    client = Failing()
+    w = EndWatch(lambda on_lost: client, 0.1, start=False)
+    w.watch([("a", 0)])
+    w.round()
+    assert w.take() == ({}, True)
+    client.code = KafkaError.UNKNOWN_TOPIC_OR_PART
+    w.round()
+    assert w.take() is None
+    w.close()
+
+
+def test_a_loop_with_every_feed_quiet_sleeps_until_a_watch_has_news(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing fetched, the loop needs to run only when a quiet feed's end moved: it waits for the watch's
+    news (gateway.IDLE_SLEEP_ALL_QUIET at most) instead of passing every 10 ms."""
+    rig = Rig(link())
+    assert not rig.partitions.all_quiet(), "its feed is fetched"
+    rig = quiet_rig(monkeypatch)
+    assert rig.partitions.all_quiet()
+    rig.mover.move_once()  # the watch is told what to watch
+    rig.ends.ends[(KT, 0)] = 5
+    for w in rig.quiet.watches.values():
+        w.round()
+    waited = threading.Thread(target=rig.quiet.wait_for_news, args=(60,))
+    waited.start()
+    waited.join(30)  # a hang guard: news were published before the wait began
+    assert not waited.is_alive(), "the news did not end the wait"
+    rig.mover.move_once()
+    assert rig.source.assigned == [(KT, 0, 2)] and not rig.partitions.all_quiet()
