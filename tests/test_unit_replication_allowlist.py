@@ -45,6 +45,8 @@ class FakeConsumer:
         #: what was done to it, in order: "consume" (while not paused), "pause", "end?", "resume"
         self.calls: list[str] = []
         self.timeouts: list[float] = []
+        #: the end the broker reports, when not the position plus the batches left (a broker that lost its tail)
+        self.end: int | None = None
 
     def assign(self, parts: list) -> None:
         pass
@@ -73,6 +75,8 @@ class FakeConsumer:
     def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
         if not self.calls or self.calls[-1] != "end?":
             self.calls.append("end?")
+        if self.end is not None:
+            return 0, self.end
         return 0, self.at + len(self.batches)  # the batches not read yet lie past the position
 
     def close(self) -> None:
@@ -177,3 +181,22 @@ def test_at_the_end_of_the_status_topic_the_follower_stops_fetching_until_its_en
     # While it reads, the partition is fetched: a read waits only briefly, so that the end is seen (and the partition
     # paused) soon after the records; waiting a second there was 1,000 fetches of noida-db every few seconds.
     assert max(consumer.timeouts) <= allowlist.READ_SECONDS
+
+
+def test_a_status_topic_that_ended_below_the_follower_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A destination broker that lost its tail (noida-db SIGKILLed between saves) reports an end below where the
+    follower stands: the records written there next, a list change among them, lie below its position. Waiting for the
+    end to pass the position would skip them; the follower fetches again, and the consumer's reset reads them."""
+    monkeypatch.setattr(allowlist, "CHECK_SECONDS", 0.01)
+    consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)]])
+    consumer.at = 10
+    allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
+    allow.start()
+    deadline = time.monotonic() + 5
+    while consumer.calls[-1:] != ["end?"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    consumer.end = 4
+    while "resume" not in consumer.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    allow.stop()
+    assert "resume" in consumer.calls, consumer.calls

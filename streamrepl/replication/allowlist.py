@@ -91,8 +91,11 @@ class AllowList:
         """At the end of the status topic: stop fetching it until its end moves, asked for every CHECK_SECONDS (one
         ListOffsets request). A broker that answers an empty fetch at once whatever the wait (noida-db) was otherwise
         asked about 1,000 times a second by every idle gateway. The end can be low on Tansu (the last batch's base
-        offset + 1) but a new batch still moves it past the position."""
+        offset + 1) but a new batch still moves it past the position. An exact end below the position is a broker
+        that lost its tail: the records written there next would lie below the position, so the follower fetches
+        again (out of range, the consumer reads the topic from its start)."""
         consumer.pause([tp])
+        exact = kafka.watermark_is_exact(self.cluster)
         try:
             at = consumer.position([tp])[0].offset
             while not self.stopping and at >= 0:
@@ -101,7 +104,7 @@ class AllowList:
                     _, high = consumer.get_watermark_offsets(tp, timeout=CHECK_SECONDS, cached=False)
                 except KafkaException:
                     return  # read on: the read says what is wrong
-                if high > at:
+                if high > at or (exact and high < at):
                     return
         finally:
             consumer.resume([tp])
