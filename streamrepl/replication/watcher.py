@@ -65,11 +65,17 @@ class PlanWatcher:
         #: they were read moves an end past these, and is read at the next change poll
         read_ends: dict[str, int] = {}
         while not self.stopping:
+            #: a cluster the last read found first has no end from before it was read (see below)
+            unseen = False
             try:
                 if plan is None or changed or plan.problems or time.monotonic() >= next_full_read:
                     next_full_read = time.monotonic() + FULL_READ_SECONDS
                     read_ends = self._metadata_ends(plan.clusters) if plan is not None else {}
                     plan = self.planner.discover()
+                    # Its end taken after the read (at the wait) would hide a record written there meanwhile (a
+                    # `replica resume` into a source cluster while the topics were listed): read once more, with
+                    # every end taken first. Only when the clusters of the plan change.
+                    unseen = any(c.name not in read_ends for c in plan.clusters)
                 if self.planner.adopt_source_topics(plan):
                     plan = self.planner.discover()
                 if plan.problems != logged:
@@ -84,7 +90,10 @@ class PlanWatcher:
                 log.warning("cannot read replication metadata: %s", e)
             except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
                 log.exception("reading replication metadata failed")
-            changed = self._wait_for_metadata_change(plan.clusters if plan is not None else [], read_ends)
+            if unseen:
+                changed = True
+            else:
+                changed = self._wait_for_metadata_change(plan.clusters if plan is not None else [], read_ends)
             self._refresh_now.clear()
         for c in self._meta_watch.values():
             c.close()

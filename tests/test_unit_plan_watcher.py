@@ -1,0 +1,133 @@
+"""The plan watcher (replication/watcher.py) with a fake planner and fake metadata ends: no broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from streamrepl.registry import Cluster
+from streamrepl.replication import watcher
+from streamrepl.replication.links import Plan
+from streamrepl.replication.watcher import PlanWatcher
+
+NY = Cluster("ny", {"bootstrap.servers": "127.0.0.1:1"})
+SF = Cluster("sf", {"bootstrap.servers": "127.0.0.1:1"})
+
+
+class Ends:
+    """The end of each cluster's metadata topic, moved by the test (a stream record written there)."""
+
+    def __init__(self) -> None:
+        self.ends = {"ny": 5, "sf": 7}
+        self.asked = 0
+
+    def consumer(self, cluster: Cluster) -> Any:
+        ends = self
+
+        class Watch:
+            def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+                ends.asked += 1
+                return 0, ends.ends[cluster.name]
+
+            def close(self) -> None:
+                pass
+
+        return Watch()
+
+
+class FakePlanner:
+    """Every read finds both clusters; `during_pass` runs once, after a read, while the watcher does the rest of its
+    pass (topic listings, topic creation): a stream record written then must still be read soon."""
+
+    def __init__(self, during_pass: Any = None) -> None:
+        self.reads = 0
+        self.listings = 0
+        self.during_pass = during_pass
+        self.read_again = threading.Event()
+
+    def discover(self) -> Plan:
+        self.reads += 1
+        if self.reads > 1:
+            self.read_again.set()
+        return Plan([], {}, {}, [], clusters=[NY, SF])
+
+    def adopt_source_topics(self, plan: Plan) -> bool:
+        return False
+
+    def ensure_topics(self, plan: Plan) -> None:
+        if self.during_pass is not None:
+            during, self.during_pass = self.during_pass, None
+            during()
+
+    def present(self) -> set[str]:
+        self.listings += 1
+        return set()
+
+
+@pytest.fixture
+def slow_backstops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the change detection may bring a read: the periodic passes and the full-read backstop are far away.
+    monkeypatch.setattr(watcher, "REFRESH_SECONDS", 60.0)
+    monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
+
+
+def run_until(w: PlanWatcher, done: threading.Event, timeout: float = 10.0) -> bool:
+    w.start()
+    try:
+        return done.wait(timeout)  # a hang guard, not a time limit: the read comes within a few change polls
+    finally:
+        w.stop()
+
+
+def test_a_record_written_in_a_cluster_while_the_first_pass_runs_is_read(slow_backstops: None) -> None:
+    # The plan's clusters are learned by its first read; their ends were taken only when the pass was over, so a
+    # `replica resume` written into the source cluster meanwhile went unseen until the 30 s full read.
+    ends = Ends()
+
+    def resume_written() -> None:
+        ends.ends["sf"] += 1
+
+    planner = FakePlanner(during_pass=resume_written)
+    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
+    assert run_until(w, planner.read_again), "the record written during the first pass was never read"
+
+
+def test_a_record_written_after_a_pass_is_read(slow_backstops: None) -> None:
+    ends = Ends()
+    planner = FakePlanner()
+    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
+    w.start()
+    try:
+        deadline = time.monotonic() + 10
+        while w.published is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert w.published is not None
+        asked = ends.asked
+        while ends.asked < asked + 4 and time.monotonic() < deadline:  # the watcher polls the ends again
+            time.sleep(0.01)
+        ends.ends["sf"] += 1
+        assert planner.read_again.wait(10), "the change was never read"
+    finally:
+        w.stop()
+
+
+def test_nothing_changed_means_no_read_and_no_listing(slow_backstops: None) -> None:
+    ends = Ends()
+    planner = FakePlanner()
+    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
+    w.start()
+    try:
+        deadline = time.monotonic() + 10
+        while ends.asked < 20 and time.monotonic() < deadline:  # several change polls with the ends unmoved
+            time.sleep(0.01)
+        # A pass made while the clusters were learned may read once more; after that nothing moves, nothing is read.
+        reads, listings = planner.reads, planner.listings
+        asked = ends.asked
+        while ends.asked < asked + 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (planner.reads, planner.listings) == (reads, listings)
+    finally:
+        w.stop()
