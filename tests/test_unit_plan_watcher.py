@@ -57,14 +57,15 @@ class FakePlanner:
     def adopt_source_topics(self, plan: Plan) -> bool:
         return False
 
-    def ensure_topics(self, plan: Plan) -> None:
+    def ensure_topics(self, plan: Plan) -> set[str]:
+        self.listings += 1
         if self.during_pass is not None:
             during, self.during_pass = self.during_pass, None
             during()
-
-    def present(self) -> set[str]:
-        self.listings += 1
         return set()
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture

@@ -22,15 +22,34 @@ class Planner:
         self,
         reg: Registry,
         cluster: Cluster,
-        list_topics: Callable[..., dict[str, int]] = kafka.topics,
+        list_topics: Callable[[Cluster], dict[str, int]] | None = None,
         create_topics: Callable[..., None] = kafka.create_topics,
         read_streams: Callable[[Cluster], dict[str, Stream]] = read_streams,
     ):
         self.reg = reg
         self.cluster = cluster
-        self._list_topics = list_topics
+        self._list_topics = list_topics or self._list_with_kept_client
         self._create_topics = create_topics
         self._read_streams = read_streams
+        #: cluster name -> the admin client its topics are listed with, kept: a new one per listing cost a connection
+        #: and its first request, about 50 ms on Tansu, three times a pass (between `replica resume` and its first
+        #: record: BENCHMARKS.md, resume)
+        self._admins: dict[str, kafka.AdminClient] = {}
+
+    def _list_with_kept_client(self, cluster: Cluster) -> dict[str, int]:
+        client = self._admins.get(cluster.name)
+        if client is None:
+            client = self._admins[cluster.name] = kafka.admin_client(cluster)
+        try:
+            return kafka.topics(cluster, client)
+        except StreamreplError:
+            # A client that saw its broker go away may keep stale connections: the next listing makes a new one.
+            self._admins.pop(cluster.name, None)
+            raise
+
+    def close(self) -> None:
+        """Let the kept admin clients go (librdkafka closes an admin client when it is no longer referenced)."""
+        self._admins.clear()
 
     def discover(self) -> Plan:
         return discover(self.reg, self.cluster.name, self._read_streams)
@@ -60,10 +79,10 @@ class Planner:
                 log.warning("cannot look for new topics of %s: %s", src, e)
         return adopted
 
-    def ensure_topics(self, plan: Plan) -> None:
+    def ensure_topics(self, plan: Plan) -> set[str]:
         """Create the replica topics the plan needs and are missing, all of a replica stream in one request, and
         record them in its metadata in one write (one request and one write per topic made 1,000 topics take
-        minutes, with two gateways racing for the same ones)."""
+        minutes, with two gateways racing for the same ones). Returns the destination's Kafka topics now."""
         present = self._list_topics(self.cluster)
         missing: dict[StreamPath, list[tuple[str, int]]] = {}
         for (dst, topic), n in plan.topics.items():
@@ -88,3 +107,5 @@ class Planner:
                 topics.register_many(r, wanted)
             for t, n in wanted:
                 log.info("created topic %s:%s (%d partitions)", dst, t, n)
+        # Listed again only when topics were made: as the broker sees them now, as before.
+        return self.present() if missing else set(present)

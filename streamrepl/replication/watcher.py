@@ -82,8 +82,7 @@ class PlanWatcher:
                     for p in plan.problems:
                         log.warning("%s", p)
                     logged = plan.problems
-                self.planner.ensure_topics(plan)
-                present = self.planner.present()
+                present = self.planner.ensure_topics(plan)
                 with self._plan_lock:
                     self.published = (plan, present)
             except StreamreplError as e:
@@ -97,6 +96,7 @@ class PlanWatcher:
             self._refresh_now.clear()
         for c in self._meta_watch.values():
             c.close()
+        self.planner.close()
 
     def _wait_for_metadata_change(self, clusters: list[Cluster], read_ends: dict[str, int] | None = None) -> bool:
         """Wait until REFRESH_SECONDS pass (False), or sooner when a stream record was written in one of the
