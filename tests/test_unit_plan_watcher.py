@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from streamrepl.kafka import TopicPartition
 from streamrepl.registry import Cluster
 from streamrepl.replication import watcher
 from streamrepl.replication.links import Plan
@@ -28,9 +29,10 @@ class Ends:
         ends = self
 
         class Watch:
-            def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+            def offsets_for_times(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
                 ends.asked += 1
-                return 0, ends.ends[cluster.name]
+                assert [tp.offset for tp in tps] == [watcher.LATEST]
+                return [TopicPartition(tp.topic, tp.partition, ends.ends[cluster.name]) for tp in tps]
 
             def close(self) -> None:
                 pass
