@@ -176,3 +176,12 @@ def test_the_topic_listings_keep_one_client_per_cluster(monkeypatch: Any) -> Non
     assert planner.present() == {"a"}
     assert made == ["ny", "ny"]
     planner.close()
+
+
+def test_a_listing_covers_a_plan_when_it_holds_every_replica_topic_the_plan_needs() -> None:
+    planner = Planner(REG, CLUSTERS["ny"], list_topics=lambda cluster: {}, read_streams=read_streams)
+    plan = planner.discover()
+    needed = {kafka_topic_name(dst, topic) for dst, topic in plan.topics}
+    assert needed
+    assert planner.covers(plan, needed | {"other"})
+    assert not planner.covers(plan, needed - {next(iter(needed))})

@@ -79,6 +79,10 @@ class Planner:
                 log.warning("cannot look for new topics of %s: %s", src, e)
         return adopted
 
+    def covers(self, plan: Plan, present: set[str]) -> bool:
+        """Whether `present` holds every replica topic the plan needs."""
+        return all(kafka_topic_name(dst, topic) in present for dst, topic in plan.topics)
+
     def ensure_topics(self, plan: Plan) -> set[str]:
         """Create the replica topics the plan needs and are missing, all of a replica stream in one request, and
         record them in its metadata in one write (one request and one write per topic made 1,000 topics take

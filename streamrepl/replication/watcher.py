@@ -68,6 +68,9 @@ class PlanWatcher:
         #: the metadata topics' ends taken just before the stream records were last read: a record written while
         #: they were read moves an end past these, and is read at the next change poll
         read_ends: dict[str, int] = {}
+        #: the destination's topics as last listed, and until when a pass brought by a change may use that listing
+        listed: set[str] | None = None
+        listed_until = 0.0
         while not self.stopping:
             #: a cluster the last read found first has no end from before it was read (see below)
             unseen = False
@@ -80,13 +83,23 @@ class PlanWatcher:
                     # `replica resume` into a source cluster while the topics were listed): read once more, with
                     # every end taken first. Only when the clusters of the plan change.
                     unseen = any(c.name not in read_ends for c in plan.clusters)
-                if self.planner.adopt_source_topics(plan):
+                # A pass brought by a change lists no topics when it need not: the listings took 50 ms each on Tansu
+                # (even with a kept client), between a `replica resume` and its first record. Topics plain Kafka
+                # clients made are adopted by the periodic passes (they write no stream record: a change says nothing
+                # about them), and the destination is listed again when the plan needs a topic the last listing
+                # lacks (a new topic, a new link: it is made first).
+                periodic = listed is None or time.monotonic() >= listed_until
+                if periodic and self.planner.adopt_source_topics(plan):
                     plan = self.planner.discover()
                 if plan.problems != logged:
                     for p in plan.problems:
                         log.warning("%s", p)
                     logged = plan.problems
-                present = self.planner.ensure_topics(plan)
+                if not periodic and listed is not None and self.planner.covers(plan, listed):
+                    present = listed
+                else:
+                    present = listed = self.planner.ensure_topics(plan)
+                    listed_until = time.monotonic() + REFRESH_SECONDS
                 with self._plan_lock:
                     self.published = (plan, present)
             except StreamreplError as e:
