@@ -185,3 +185,36 @@ def test_a_listing_covers_a_plan_when_it_holds_every_replica_topic_the_plan_need
     assert needed
     assert planner.covers(plan, needed | {"other"})
     assert not planner.covers(plan, needed - {next(iter(needed))})
+
+
+def test_the_clusters_of_the_last_plan_are_read_at_the_same_time() -> None:
+    """After a change, the stream records of every cluster the last plan was made from are read at once, not one
+    cluster after the other (each read makes a client and asks for the log's end: 15 ms a cluster on Tansu)."""
+    import threading
+
+    together = threading.Barrier(3, timeout=10)  # a hang guard: read one after the other, the reads never meet
+
+    def read_together(cluster: Cluster) -> dict[str, Stream]:
+        together.wait()
+        return read_streams(cluster)
+
+    alone = Planner(REG, CLUSTERS["ny"], list_topics=lambda cluster: {}, read_streams=read_streams).discover()
+    planner = Planner(REG, CLUSTERS["ny"], list_topics=lambda cluster: {}, read_streams=read_together)
+    plan = planner.discover(alone.clusters)
+    assert len(alone.clusters) == 3
+    assert (plan.units, plan.topics, plan.problems) == (alone.units, alone.topics, alone.problems)
+
+
+def test_a_cluster_that_cannot_be_read_at_once_is_read_again_and_named() -> None:
+    reads: list[str] = []
+
+    def flaky(cluster: Cluster) -> dict[str, Stream]:
+        reads.append(cluster.name)
+        if cluster.name == "tokyo":
+            raise StreamreplError("tokyo does not answer")
+        return read_streams(cluster)
+
+    planner = Planner(REG, CLUSTERS["ny"], list_topics=lambda cluster: {}, read_streams=flaky)
+    plan = planner.discover([CLUSTERS["ny"], CLUSTERS["sf"], CLUSTERS["tokyo"]])
+    assert sorted(reads) == ["ny", "sf", "tokyo", "tokyo"]
+    assert any("tokyo does not answer" in p for p in plan.problems)

@@ -78,7 +78,7 @@ class PlanWatcher:
                 if plan is None or changed or plan.problems or time.monotonic() >= next_full_read:
                     next_full_read = time.monotonic() + FULL_READ_SECONDS
                     read_ends = self._metadata_ends(plan.clusters) if plan is not None else {}
-                    plan = self.planner.discover()
+                    plan = self.planner.discover(plan.clusters if plan is not None else ())
                     # Its end taken after the read (at the wait) would hide a record written there meanwhile (a
                     # `replica resume` into a source cluster while the topics were listed): read once more, with
                     # every end taken first. Only when the clusters of the plan change.
