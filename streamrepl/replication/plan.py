@@ -55,17 +55,24 @@ class Planner:
     def discover(self, known: Sequence[Cluster] = ()) -> Plan:
         """The plan the stream metadata asks for now. The `known` clusters (those of the last plan) are read at the
         same time, each in a thread of its own: one after the other, each read's new client and its requests added
-        up (15 ms a cluster on Tansu, between a `replica resume` and its first record). A cluster whose read failed
-        is read again by the planner, which says what is wrong with it."""
+        up (15 ms a cluster on Tansu, between a `replica resume` and its first record). A read that failed is not
+        tried again (a cluster that does not answer would cost its timeout twice): its error reaches the planner,
+        which reports it as always."""
         if len(known) < 2:
             return discover(self.reg, self.cluster.name, self._read_streams)
         got: dict[str, dict[str, Stream]] = {}
+        failed: dict[str, Exception] = {}
 
         def read(cluster: Cluster) -> None:
             try:
                 got[cluster.name] = self._read_streams(cluster)
-            except Exception:  # noqa: BLE001 - read again below, where its error is reported as always
-                pass
+            except Exception as e:  # noqa: BLE001 - raised again where the planner reads it
+                failed[cluster.name] = e
+
+        def read_or_raise(cluster: Cluster) -> dict[str, Stream]:
+            if cluster.name in failed:
+                raise failed[cluster.name]
+            return got[cluster.name] if cluster.name in got else self._read_streams(cluster)
 
         threads = [threading.Thread(target=read, args=(c,), name="plan-read", daemon=True) for c in known[1:]]
         for t in threads:
@@ -73,7 +80,7 @@ class Planner:
         read(known[0])
         for t in threads:
             t.join()
-        return discover(self.reg, self.cluster.name, lambda c: got[c.name] if c.name in got else self._read_streams(c))
+        return discover(self.reg, self.cluster.name, read_or_raise)
 
     def present(self) -> set[str]:
         """The Kafka topics of the destination cluster now."""
