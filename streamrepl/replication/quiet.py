@@ -35,8 +35,10 @@ log = logging.getLogger("streamrepl.gateway")
 #: how long a feed must have brought no record before it stops being fetched
 QUIET_SECONDS = 5.0
 #: partitions per ListOffsets request: librdkafka matches each answer to its request by a linear search, so one
-#: request for 800 partitions cost the client 3.0 ms of CPU, four of 200 1.4 ms, 16 of 50 1.7 ms (BENCHMARKS.md)
-END_CHECK_CHUNK = 200
+#: request for 800 partitions cost the client 3.0 ms of CPU, four of 200 1.4 ms, 16 of 50 1.7 ms; at 2,000
+#: partitions a round of requests of 100 cost 3.6 ms against 4.2 for 200 and 50, and the broker no more
+#: (BENCHMARKS.md, idle cost)
+END_CHECK_CHUNK = 100
 END_CHECK_TIMEOUT = 2.0
 #: ListOffsets' "latest" (offsets_for_times): the end of a partition
 LATEST = -1
@@ -79,6 +81,9 @@ class EndWatch:
         self._wanted = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: how long the last round took (seconds): longer than the period, the rounds overrun it (logged)
+        self.round_seconds = 0.0
+        self._overrun_logged = 0.0
         if start:
             self._thread = threading.Thread(target=self._run, name="streamrepl-endwatch", daemon=True)
             self._thread.start()
@@ -108,14 +113,15 @@ class EndWatch:
 
     def round(self) -> None:
         """One round: ask for every end, then publish what changed."""
+        began = time.monotonic()
         ask = self._ask
         ends: list[int] = []
         lost = False
         try:
             for chunk in ask:
-                if self._stop.is_set():
-                    return  # closing: the client must not be in use when it is closed
-                ends += [tp.offset for tp in self.client.offsets_for_times(chunk, timeout=END_CHECK_TIMEOUT)]
+                ends += self._ask_chunk(chunk)
+        except _Closing:
+            return  # closing: the client must not be in use when it is closed
         except KafkaException as e:
             lost = kafka.is_transport(e)
             ends = []
@@ -125,10 +131,11 @@ class EndWatch:
         lost, self._lost = lost or self._lost, False
         changed: dict[tuple[str, int], int] = {}
         if ends and not lost:
-            tps = [tp for chunk in ask for tp in chunk]
             if ask is not self._asked:
+                tps = [tp for chunk in ask for tp in chunk]
                 changed = {(tp.topic, tp.partition): end for tp, end in zip(tps, ends, strict=True)}
-            elif ends != self._last:
+            elif ends != self._last:  # one comparison in C: an idle round builds nothing more
+                tps = [tp for chunk in ask for tp in chunk]
                 changed = {
                     (tp.topic, tp.partition): end
                     for tp, end, was in zip(tps, ends, self._last, strict=True)
@@ -137,6 +144,15 @@ class EndWatch:
             self._asked, self._last = ask, ends
         else:
             self._asked = None  # everything is news again after a failed round
+        self.round_seconds = took = time.monotonic() - began
+        if took > self.period and began - self._overrun_logged > 60:
+            # The wake of a quiet partition grows with the round: one after another, its requests were measured at
+            # 10-13 ms for 2,000 partitions on Tansu (asked at once, no faster: the broker answers them in turn)
+            self._overrun_logged = began
+            n = sum(len(chunk) for chunk in ask)
+            log.warning(
+                "asking for %d ends took %.0f ms, longer than the %.0f ms period", n, 1000 * took, 1000 * self.period
+            )
         if changed or lost:
             with self._lock:
                 old = self._news
@@ -145,6 +161,11 @@ class EndWatch:
                     lost = lost or old[1]
                 self._news = (changed, lost)
             self.on_news()
+
+    def _ask_chunk(self, chunk: list[TopicPartition]) -> list[int]:
+        if self._stop.is_set():
+            raise _Closing
+        return [tp.offset for tp in self.client.offsets_for_times(chunk, timeout=END_CHECK_TIMEOUT)]
 
     def take(self) -> tuple[dict[tuple[str, int], int], bool] | None:
         """The news since the last take: (ends that changed, whether the connection was lost); None: nothing new."""
@@ -162,6 +183,10 @@ class EndWatch:
             if self._thread.is_alive():
                 return  # still in a request (a hung broker): closing its client under it could crash the process
         self.client.close()
+
+
+class _Closing(Exception):
+    """The watch closes: a round stops asking."""
 
 
 def end_watch(cluster: Cluster) -> EndWatch:
@@ -233,9 +258,14 @@ class QuietFeeds:
         return moved, lost
 
     def wait_for_news(self, timeout: float) -> None:
-        """Sleep up to `timeout`, less when a watch published news meanwhile (taken with the loop's next news())."""
+        """Sleep up to `timeout`, less when a watch published news meanwhile (taken with the loop's next news()),
+        or something else woke the loop (nudge())."""
         if self._news_ready.wait(timeout):
             self._news_ready.clear()
+
+    def nudge(self) -> None:
+        """End the loop's wait_for_news now: news from elsewhere than the watches (a new plan, a stop)."""
+        self._news_ready.set()
 
     def wake(self, name: str, tp: TopicPartition, busy: Consumer, offset: int, end: int) -> None:
         """A quiet feed's end moved to `end`: back to its link's consumer, to read on at `offset`."""
