@@ -35,10 +35,9 @@ log = logging.getLogger("streamrepl.gateway")
 #: how long a feed must have brought no record before it stops being fetched
 QUIET_SECONDS = 5.0
 #: partitions per ListOffsets request: librdkafka matches each answer to its request by a linear search, so one
-#: request for 800 partitions cost the client 3.0 ms of CPU, four of 200 1.4 ms, 16 of 50 1.7 ms; at 2,000
-#: partitions a round of requests of 100 cost 3.6 ms against 4.2 for 200 and 50, and the broker no more
-#: (BENCHMARKS.md, idle cost)
-END_CHECK_CHUNK = 100
+#: request for 800 partitions cost the client 3.0 ms of CPU, four of 200 1.4 ms, 16 of 50 1.7 ms (BENCHMARKS.md;
+#: at 2,000 partitions requests of 100 cost the client 3.6 ms a round against 4.2, but the broker more requests)
+END_CHECK_CHUNK = 200
 END_CHECK_TIMEOUT = 2.0
 #: ListOffsets' "latest" (offsets_for_times): the end of a partition
 LATEST = -1
