@@ -149,3 +149,20 @@ def test_a_loop_with_every_feed_quiet_sleeps_until_a_watch_has_news(monkeypatch:
     assert not waited.is_alive(), "the news did not end the wait"
     rig.mover.move_once()
     assert rig.source.assigned == [(KT, 0, 2)] and not rig.partitions.all_quiet()
+
+
+def test_a_new_plan_ends_the_wait_of_a_loop_whose_feeds_are_all_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle loop waits long for news (gateway.IDLE_SLEEP_ALL_QUIET); a plan change (`replica resume`) must still
+    be applied at once: the plan watcher's publication ends the wait."""
+    from streamrepl.replication.gateway import _NudgingPlanWatcher
+
+    rig = quiet_rig(monkeypatch)
+    watcher = _NudgingPlanWatcher(None, lambda cluster: None)  # type: ignore[arg-type]
+    watcher.on_publish = rig.quiet.nudge
+    rig.quiet.wait_for_news(0)  # nothing pending
+    waited = threading.Thread(target=rig.quiet.wait_for_news, args=(60,))
+    waited.start()
+    watcher.published = (Plan([link()], {}, {}, []), set())
+    waited.join(30)  # a hang guard
+    assert not waited.is_alive(), "the new plan did not end the wait"
+    assert watcher.published is not None

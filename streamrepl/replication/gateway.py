@@ -29,7 +29,7 @@ from ..settings import GatewaySettings
 from . import watermarks
 from .allowlist import AllowList
 from .cursor_sync import CursorSyncProcess
-from .links import Plan, Unit
+from .links import Link, Plan, Unit
 from .membership import SlotGroup, ensure_internal_topics, slot_of
 from .metrics import MetricsServer, serve
 from .mover import Mover
@@ -49,9 +49,26 @@ IDLE_SLEEP = 0.002
 IDLE_SLEEP_QUIET = 0.01
 QUIET_AFTER = 1.0
 #: how long an idle loop sleeps when no source partition is fetched at all (every feed quiet): a quiet feed's end
-#: that moves wakes it at once (QuietFeeds.wait_for_news); at 800 partitions the loop's 100 passes a second were
-#: half of an idle gateway's own CPU
-IDLE_SLEEP_ALL_QUIET = 0.05
+#: that moves, a new plan (`replica resume`) and stop() wake it at once (QuietFeeds.wait_for_news); what is left to
+#: it meanwhile (rebalances of the slot group, the sweeps, the reports) waits this long at most. At 800 partitions
+#: the loop's 100 passes a second were half of an idle gateway's own CPU, 20 a second still a third of it.
+IDLE_SLEEP_ALL_QUIET = 0.25
+
+
+class _NudgingPlanWatcher(PlanWatcher):
+    """The plan watcher, calling `on_publish()` (from its thread) each time it publishes a plan: an idle loop waits
+    for news (IDLE_SLEEP_ALL_QUIET), and a new plan (`replica resume`) must be applied at once."""
+
+    on_publish: Callable[[], None] = staticmethod(lambda: None)
+
+    @property  # type: ignore[override]
+    def published(self) -> tuple[Plan, set[str]] | None:
+        return self._published
+
+    @published.setter
+    def published(self, value: tuple[Plan, set[str]] | None) -> None:
+        self._published = value
+        self.on_publish()
 
 
 class Gateway:
@@ -99,7 +116,9 @@ class Gateway:
         self.group = SlotGroup(
             self.cluster, self.id, self.tuning.session_ms, self.stats, self._plan_again, self._give_up, new_consumer
         )
-        self.watcher = PlanWatcher(Planner(reg, self.cluster), new_consumer)
+        self.watcher = _NudgingPlanWatcher(Planner(reg, self.cluster), new_consumer)
+        if self.partitions.quiet is not None:
+            self.watcher.on_publish = self.partitions.quiet.nudge
         self.reports = StatusReports(
             self.id,
             self.partitions,
@@ -120,6 +139,8 @@ class Gateway:
         self.left_open: Consumer | None = None
         #: apply the published plan again even if it did not change (slots assigned, writes restarted)
         self._replan = True
+        #: (plan, slots, the plan's units in those slots): see apply_plan
+        self._wanted: tuple[Plan | None, frozenset[int], dict[Unit, list[tuple[Link, str]]]] = (None, frozenset(), {})
         self.stats.partitions = lambda: len(self.partitions.units)
         self.stats.slots = lambda: len(self.group.slots)
         self.stats.partitions_in_error = lambda: len(self.partitions.errored)
@@ -177,7 +198,11 @@ class Gateway:
 
     def apply_plan(self, plan: Plan, present: set[str]) -> None:
         self.plan = plan
-        wanted = {u: f for u, f in plan.units.items() if slot_of(u) in self.group.slots}
+        # The plan is published again every few seconds unchanged: its units' slots are hashed once per plan and slots
+        slots = frozenset(self.group.slots)
+        if self._wanted[0] is not plan or self._wanted[1] != slots:
+            self._wanted = (plan, slots, {u: f for u, f in plan.units.items() if slot_of(u) in slots})
+        wanted = self._wanted[2]
         self.partitions.follow(plan, present, wanted, self.mover.ready_to_acquire(), self.mover.producer)
 
     def serve_metrics(self, addr: str, port: int) -> int:
@@ -191,6 +216,8 @@ class Gateway:
         self.stopping = True
         self.watcher.stop()
         self.allow_list.stop()
+        if self.partitions.quiet is not None:
+            self.partitions.quiet.nudge()
 
     def _wait_for_destination(self) -> None:
         """A gateway is a long-running worker: a destination that does not answer yet is waited for

@@ -35,7 +35,8 @@ log = logging.getLogger("streamrepl.gateway")
 #: how long a feed must have brought no record before it stops being fetched
 QUIET_SECONDS = 5.0
 #: partitions per ListOffsets request: librdkafka matches each answer to its request by a linear search, so one
-#: request for 800 partitions cost the client 3.0 ms of CPU, four of 200 1.4 ms, 16 of 50 1.7 ms (BENCHMARKS.md)
+#: request for 800 partitions cost the client 3.0 ms of CPU, four of 200 1.4 ms, 16 of 50 1.7 ms (BENCHMARKS.md;
+#: at 2,000 partitions requests of 100 cost the client 3.6 ms a round against 4.2, but the broker more requests)
 END_CHECK_CHUNK = 200
 END_CHECK_TIMEOUT = 2.0
 #: ListOffsets' "latest" (offsets_for_times): the end of a partition
@@ -79,6 +80,9 @@ class EndWatch:
         self._wanted = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: how long the last round took (seconds): longer than the period, the rounds overrun it (logged)
+        self.round_seconds = 0.0
+        self._overrun_logged = 0.0
         if start:
             self._thread = threading.Thread(target=self._run, name="streamrepl-endwatch", daemon=True)
             self._thread.start()
@@ -108,6 +112,7 @@ class EndWatch:
 
     def round(self) -> None:
         """One round: ask for every end, then publish what changed."""
+        began = time.monotonic()
         ask = self._ask
         ends: list[int] = []
         lost = False
@@ -125,10 +130,11 @@ class EndWatch:
         lost, self._lost = lost or self._lost, False
         changed: dict[tuple[str, int], int] = {}
         if ends and not lost:
-            tps = [tp for chunk in ask for tp in chunk]
             if ask is not self._asked:
+                tps = [tp for chunk in ask for tp in chunk]
                 changed = {(tp.topic, tp.partition): end for tp, end in zip(tps, ends, strict=True)}
-            elif ends != self._last:
+            elif ends != self._last:  # one comparison in C: an idle round builds nothing more
+                tps = [tp for chunk in ask for tp in chunk]
                 changed = {
                     (tp.topic, tp.partition): end
                     for tp, end, was in zip(tps, ends, self._last, strict=True)
@@ -137,6 +143,15 @@ class EndWatch:
             self._asked, self._last = ask, ends
         else:
             self._asked = None  # everything is news again after a failed round
+        self.round_seconds = took = time.monotonic() - began
+        if took > self.period and began - self._overrun_logged > 60:
+            # The wake of a quiet partition grows with the round. Its requests one after another were measured at
+            # 10-13 ms a round for 2,000 partitions on Tansu; four at once were no faster and cost the client more.
+            self._overrun_logged = began
+            n = sum(len(chunk) for chunk in ask)
+            log.warning(
+                "asking for %d ends took %.0f ms, longer than the %.0f ms period", n, 1000 * took, 1000 * self.period
+            )
         if changed or lost:
             with self._lock:
                 old = self._news
@@ -233,9 +248,14 @@ class QuietFeeds:
         return moved, lost
 
     def wait_for_news(self, timeout: float) -> None:
-        """Sleep up to `timeout`, less when a watch published news meanwhile (taken with the loop's next news())."""
+        """Sleep up to `timeout`, less when a watch published news meanwhile (taken with the loop's next news()),
+        or something else woke the loop (nudge())."""
         if self._news_ready.wait(timeout):
             self._news_ready.clear()
+
+    def nudge(self) -> None:
+        """End the loop's wait_for_news now: news from elsewhere than the watches (a new plan, a stop)."""
+        self._news_ready.set()
 
     def wake(self, name: str, tp: TopicPartition, busy: Consumer, offset: int, end: int) -> None:
         """A quiet feed's end moved to `end`: back to its link's consumer, to read on at `offset`."""
