@@ -154,10 +154,10 @@ def test_a_loop_with_every_feed_quiet_sleeps_until_a_watch_has_news(monkeypatch:
 def test_a_new_plan_ends_the_wait_of_a_loop_whose_feeds_are_all_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle loop waits long for news (gateway.IDLE_SLEEP_ALL_QUIET); a plan change (`replica resume`) must still
     be applied at once: the plan watcher's publication ends the wait."""
-    from streamrepl.replication.gateway import _NudgingPlanWatcher
+    from streamrepl.replication.watcher import PlanWatcher
 
     rig = quiet_rig(monkeypatch)
-    watcher = _NudgingPlanWatcher(None, lambda cluster: None)  # type: ignore[arg-type]
+    watcher = PlanWatcher(None, lambda cluster: None)  # type: ignore[arg-type]
     watcher.on_publish = rig.quiet.nudge
     rig.quiet.wait_for_news(0)  # nothing pending
     waited = threading.Thread(target=rig.quiet.wait_for_news, args=(60,))

@@ -55,22 +55,6 @@ QUIET_AFTER = 1.0
 IDLE_SLEEP_ALL_QUIET = 0.25
 
 
-class _NudgingPlanWatcher(PlanWatcher):
-    """The plan watcher, calling `on_publish()` (from its thread) each time it publishes a plan: an idle loop waits
-    for news (IDLE_SLEEP_ALL_QUIET), and a new plan (`replica resume`) must be applied at once."""
-
-    on_publish: Callable[[], None] = staticmethod(lambda: None)
-
-    @property  # type: ignore[override]
-    def published(self) -> tuple[Plan, set[str]] | None:
-        return self._published
-
-    @published.setter
-    def published(self, value: tuple[Plan, set[str]] | None) -> None:
-        self._published = value
-        self.on_publish()
-
-
 class Gateway:
     """`tuning` defaults to the environment's (settings.gateway()); the client factories default to real ones
     (`new_consumer` makes the replica reader, the group consumer and the metadata watch; `new_end_watch` the
@@ -116,7 +100,7 @@ class Gateway:
         self.group = SlotGroup(
             self.cluster, self.id, self.tuning.session_ms, self.stats, self._plan_again, self._give_up, new_consumer
         )
-        self.watcher = _NudgingPlanWatcher(Planner(reg, self.cluster), new_consumer)
+        self.watcher = PlanWatcher(Planner(reg, self.cluster), new_consumer)
         if self.partitions.quiet is not None:
             self.watcher.on_publish = self.partitions.quiet.nudge
         self.reports = StatusReports(

@@ -39,11 +39,14 @@ END_CHECK_TIMEOUT = 1.0  # seconds
 
 
 class PlanWatcher:
-    """`published` is the last plan read, with the destination's topics at that moment (None: none yet)."""
+    """`published` is the last plan read, with the destination's topics at that moment (None: none yet);
+    `on_publish()` is called (from the watcher's thread) each time one is published: a loop that waits long while
+    idle (gateway.IDLE_SLEEP_ALL_QUIET) must apply a new plan (`replica resume`) at once."""
 
     def __init__(self, planner: Planner, new_consumer: Callable[[Cluster], Consumer] = kafka.consumer):
+        self.on_publish: Callable[[], None] = lambda: None
         self.planner = planner
-        self.published: tuple[Plan, set[str]] | None = None
+        self._published: tuple[Plan, set[str]] | None = None
         self.stopping = False
         self._new_consumer = new_consumer
         self._plan_lock = threading.Lock()
@@ -51,6 +54,15 @@ class PlanWatcher:
         #: cluster name -> the watcher's consumer that asks for the end of its metadata topic
         self._meta_watch: dict[str, Consumer] = {}
         self._thread: threading.Thread | None = None
+
+    @property
+    def published(self) -> tuple[Plan, set[str]] | None:
+        return self._published
+
+    @published.setter
+    def published(self, value: tuple[Plan, set[str]] | None) -> None:
+        self._published = value
+        self.on_publish()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._watch, name="plan-watcher", daemon=True)
