@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from streamrepl import kafka
 from streamrepl.kafka import TopicPartition
 from streamrepl.registry import Cluster
 from streamrepl.replication import watcher
@@ -31,7 +32,7 @@ class Ends:
         class Watch:
             def offsets_for_times(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
                 ends.asked += 1
-                assert [tp.offset for tp in tps] == [watcher.LATEST]
+                assert [tp.offset for tp in tps] == [kafka.LATEST]
                 return [TopicPartition(tp.topic, tp.partition, ends.ends[cluster.name]) for tp in tps]
 
             def close(self) -> None:

@@ -81,6 +81,7 @@ from .groups import (
     settled,
 )
 from .reading import (
+    LATEST,
     first_record,
     last_record,
     partition_ends,
@@ -103,6 +104,7 @@ __all__ = [
     "INTERNAL_GROUP_PREFIX",
     "OFFSET_BEGINNING",
     "OFFSET_END",
+    "LATEST",
     "OFFSET_INVALID",
     "OFFSET_STORED",
     "REQUEST_TIMEOUT",

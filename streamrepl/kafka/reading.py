@@ -18,6 +18,10 @@ from .brokers import watermark_is_exact
 from .clients import REQUEST_TIMEOUT, consumer
 from .errors import is_partition_eof
 
+#: ListOffsets' "latest", asked for through offsets_for_times: the end of a partition (for a read_committed consumer,
+#: its last stable offset) in one request, where a watermark query sends two
+LATEST = -1
+
 
 def read_partition(
     c: Consumer,

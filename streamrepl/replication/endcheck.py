@@ -27,8 +27,6 @@ END_CHECK_TIMEOUT = 1.0  # seconds
 #: request on the loop before each batch doubled the p99 latency (BENCHMARKS.md). A stray write in a gap
 #: shorter than this is still caught, by the delivery check, after the batch that follows it.
 END_CHECK_IDLE = 0.5
-#: ListOffsets' "latest": asked for by offsets_for_times, the end of a partition (the high watermark)
-LATEST = -1
 
 
 def ends_of_waking(mover: Mover, link: Link, by_tp: dict[tuple[str, int], list[Message]]) -> dict[tuple[str, int], int]:
@@ -45,7 +43,7 @@ def ends_of_waking(mover: Mover, link: Link, by_tp: dict[tuple[str, int], list[M
             continue
         w = state.writer
         if w.idle() and now - state.last_write > END_CHECK_IDLE and cast(int, batch[-1].offset()) >= w.next:
-            tps.append(TopicPartition(w.topic, w.partition, LATEST))
+            tps.append(TopicPartition(w.topic, w.partition, kafka.LATEST))
     if len(tps) < 2:
         return {}
     try:

@@ -182,7 +182,8 @@ class Gateway:
 
     def apply_plan(self, plan: Plan, present: set[str]) -> None:
         self.plan = plan
-        # The plan is published again every few seconds unchanged: its units' slots are hashed once per plan and slots
+        # The plan is published again every few seconds unchanged: which of its units fall in this gateway's slots is
+        # worked out once for each plan and set of slots, not on every publication.
         slots = frozenset(self.group.slots)
         if self._wanted[0] is not plan or self._wanted[1] != slots:
             self._wanted = (plan, slots, {u: f for u, f in plan.units.items() if slot_of(u) in slots})

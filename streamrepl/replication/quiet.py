@@ -39,8 +39,6 @@ QUIET_SECONDS = 5.0
 #: at 2,000 partitions requests of 100 cost the client 3.6 ms a round against 4.2, but the broker more requests)
 END_CHECK_CHUNK = 200
 END_CHECK_TIMEOUT = 2.0
-#: ListOffsets' "latest" (offsets_for_times): the end of a partition
-LATEST = -1
 
 
 def reports_lost_connection(cluster: Cluster, on_lost: Callable[[str], None] | None) -> dict[str, Any]:
@@ -92,7 +90,7 @@ class EndWatch:
 
     def watch(self, keys: list[tuple[str, int]]) -> None:
         """From the loop: the partitions to watch from the next round on."""
-        tps = [TopicPartition(t, p, LATEST) for t, p in sorted(keys)]
+        tps = [TopicPartition(t, p, kafka.LATEST) for t, p in sorted(keys)]
         self._ask = [tps[i : i + END_CHECK_CHUNK] for i in range(0, len(tps), END_CHECK_CHUNK)]
         if tps:
             self._wanted.set()

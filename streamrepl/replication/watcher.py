@@ -32,8 +32,6 @@ FULL_READ_SECONDS = 30.0
 #: the time from `replica resume` to the first record (0.2 s: 0.1 s of a median 0.19 s on Tansu); one ListOffsets
 #: request per cluster each time, for one partition (BENCHMARKS.md, resume: what it costs an idle gateway and brokers)
 CHANGE_POLL_SECONDS = 0.05
-#: ListOffsets' "latest" (offsets_for_times): the end of a partition, in one request (a watermark query sends two)
-LATEST = -1
 #: how long asking for the end of a metadata topic may take
 END_CHECK_TIMEOUT = 1.0  # seconds
 
@@ -154,7 +152,7 @@ class PlanWatcher:
             if c is None:
                 c = self._meta_watch[cluster.name] = self._new_consumer(cluster)
             try:
-                got = c.offsets_for_times([TopicPartition(METADATA_TOPIC, 0, LATEST)], timeout=END_CHECK_TIMEOUT)
+                got = c.offsets_for_times([TopicPartition(METADATA_TOPIC, 0, kafka.LATEST)], timeout=END_CHECK_TIMEOUT)
                 ends[cluster.name] = got[0].offset if got and got[0].error is None else -1
             except KafkaException:
                 ends[cluster.name] = -1
