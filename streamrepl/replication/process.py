@@ -20,10 +20,14 @@ from .gateway import Gateway
 
 
 def run_foreground(
-    reg: Registry, cluster: str, gateway_id: str | None = None, metrics: tuple[str, int] | None = None
+    reg: Registry,
+    cluster: str,
+    gateway_id: str | None = None,
+    metrics: tuple[str, int] | None = None,
+    parent_id: str | None = None,
 ) -> None:
     settings.check()
-    gw = Gateway(reg, cluster, gateway_id, settings.gateway())
+    gw = Gateway(reg, cluster, gateway_id, settings.gateway(), parent_id=parent_id)
     gw.leave_group = kafka.leaves_group_safely(reg.get(cluster))
     if metrics is not None:
         gw.serve_metrics(*metrics)
