@@ -424,7 +424,8 @@ def gateway_throughput(
     fill(sb, f"sr.{name}.t", n, value)
     if workers:
         gws = [start_gateway(logdir, name, "-workers", str(workers))]
-        names = [f"{name}.w{k}" for k in range(1, workers + 1)]
+        # -workers 1 is a plain gateway under its own id; N > 1 are workers <id>.w1 ... <id>.wN
+        names = [f"{name}.w{k}" for k in range(1, workers + 1)] if workers > 1 else [name]
         logs = [name]
     else:
         names = [f"{name}-{i}" for i in range(gateways)]
