@@ -12,7 +12,7 @@ from support.cli import one_error_line, run_cli
 
 from streamrepl.registry import Cluster
 from streamrepl.replication.allowlist import AllowList
-from streamrepl.replication.workers import BACKOFF_SECONDS, Supervisor, worker_metrics_port
+from streamrepl.replication.workers import BACKOFF_SECONDS, REFUSED, Supervisor, worker_metrics_port
 
 CLUSTER = Cluster("ny", {"bootstrap.servers": "127.0.0.1:1"})
 
@@ -66,8 +66,8 @@ def test_workers_get_ids_of_their_own_and_a_dead_one_starts_again_under_its_id_a
     h.now += BACKOFF_SECONDS
     h.sup.step()
     assert [p.id for p in h.spawned] == ["gw.w1", "gw.w2", "gw.w1"] and sorted(h.running()) == ["gw.w1", "gw.w2"]
-    # Dying young again doubles the back-off.
-    h.running()["gw.w1"].code = 5
+    # Dying young again (a failure: exit status 1) doubles the back-off.
+    h.running()["gw.w1"].code = 1
     h.sup.step()
     h.now += BACKOFF_SECONDS * 1.5
     h.sup.step()
@@ -82,7 +82,7 @@ def test_a_refused_worker_is_not_started_again_and_when_all_refused_the_supervis
 
     def spawn(k: int, wid: str) -> FakeProcess:
         p = refusing.spawn(k, wid)
-        p.code = 1
+        p.code = REFUSED
         return p
 
     refusing.sup._spawn = spawn
@@ -94,7 +94,7 @@ def test_a_refused_worker_leaves_the_others_running() -> None:
     h = Harness(2)
     for w in h.sup.workers:
         h.sup._start(w)
-    h.running()["gw.w2"].code = 1
+    h.running()["gw.w2"].code = REFUSED
     h.now += 100
     assert not h.sup.step()
     h.now += 100

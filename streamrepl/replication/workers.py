@@ -12,16 +12,14 @@ has to be pickled, and nothing is forked from a process that may hold librdkafka
 
 - SIGTERM / SIGINT are forwarded to every worker, and the supervisor waits for their drains: it exits 0 when every
   worker stopped cleanly, 1 otherwise. The handler only sets an attribute (see process.py for why).
-- A worker that dies (killed by a signal, an unexpected failure) is started again under the same id after a
-  back-off that doubles while it keeps dying young. One that exits 0 (stopped on its own), 1 (refused by the
-  gateway list: the drain exit of process.py, or EPERM at start) or 22 (bad input, or fenced by another process
-  with its id: another start would only repeat it) is not. When no worker is left the supervisor exits, 1 unless
-  every one of them stopped cleanly.
+- A worker that dies (killed by a signal, or any failure: exit status 1) is started again under the same id after
+  a back-off that doubles while it keeps dying young. One that exits 0 (stopped on its own: someone sent it
+  SIGTERM) or REFUSED (the gateway list does not allow it, at start or later: process.py exits so when it has a
+  parent) is not. When no worker is left the supervisor exits, 1 unless every one of them stopped cleanly.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import signal
 import time
@@ -32,9 +30,9 @@ from typing import Protocol
 log = logging.getLogger("streamrepl.gateway")
 
 MAX_WORKERS = 64  # the slot count (membership.SLOTS): a worker more would own no slot
-#: exit statuses after which a worker is not started again (see the module's docstring)
-REFUSED = 1
-NOT_RESTARTED = {0, REFUSED, errno.EINVAL}
+#: a worker's exit status when the gateway list refuses it (sysexits' EX_NOPERM): not started again
+REFUSED = 77
+NOT_RESTARTED = {0, REFUSED}
 BACKOFF_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
 #: a worker that ran this long before it died starts again after the first back-off, not a longer one
@@ -157,7 +155,7 @@ class Supervisor:
             return
         if code in NOT_RESTARTED:
             w.final = code
-            why = "refused to serve (see its log)" if code == REFUSED else f"stopped ({describe_exit(code)})"
+            why = "is refused by the gateway list" if code == REFUSED else f"stopped ({describe_exit(code)})"
             log.warning("gateway %s: worker %s %s; not started again", self.gateway_id, w.id, why)
             return
         if now - w.started >= RAN_LONG_SECONDS:
