@@ -16,6 +16,8 @@ has to be pickled, and nothing is forked from a process that may hold librdkafka
   a back-off that doubles while it keeps dying young. One that exits 0 (stopped on its own: someone sent it
   SIGTERM) or REFUSED (the gateway list does not allow it, at start or later: process.py exits so when it has a
   parent) is not. When no worker is left the supervisor exits, 1 unless every one of them stopped cleanly.
+  (A worker fenced by another process started with its id exits 1 too and is started again: the two fence each
+  other in turn, each back-off longer, and the log says why each time: give each supervisor its own -id.)
 """
 
 from __future__ import annotations
