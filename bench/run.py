@@ -350,25 +350,34 @@ def start_gateway(logdir: Path, name: str, *extra: str) -> subprocess.Popen:
     )
 
 
-def slots_settled(logdir: Path, names: list[str], timeout: float = 90) -> float:
+def slots_settled(logdir: Path, names: list[str], timeout: float = 90, logs: list[str] | None = None) -> float:
     """Wait until the named gateways (fresh processes) together own all 64 slots, each some; seconds waited.
-    Read from their logs ("owns N slots", "gave up N slots"), which say it at once."""
+    Read from their logs ("gateway ID owns N slots", "... gave up N slots"), which say it at once; `logs` names the
+    log files when they are not the gateways' own (the workers of `-workers N` write to their supervisor's)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        owned = {}
-        for name in names:
-            n = 0
-            path = logdir / f"{name}.log"
+        owned = dict.fromkeys(names, 0)
+        for log_name in logs or names:
+            path = logdir / f"{log_name}.log"
             for line in path.read_text().splitlines() if path.exists() else []:
-                if m := re.search(r"owns (\d+) slots", line):
-                    n = int(m.group(1))
-                elif m := re.search(r"gave up (\d+) slots", line):
-                    n -= int(m.group(1))
-            owned[name] = n
+                if (m := re.search(r"gateway (\S+) owns (\d+) slots", line)) and m.group(1) in owned:
+                    owned[m.group(1)] = int(m.group(2))
+                elif (m := re.search(r"gateway (\S+) gave up (\d+) slots", line)) and m.group(1) in owned:
+                    owned[m.group(1)] -= int(m.group(2))
         if sum(owned.values()) == 64 and all(owned.values()):
             return time.monotonic() - t0
         time.sleep(0.2)
     raise RuntimeError(f"gateways {names} did not settle their slots in {timeout:.0f}s; logs in {logdir}")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (the workers of a `gateway start -workers N`)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
 
 
 def stop_gateways(gws: list[subprocess.Popen]) -> None:
@@ -394,40 +403,59 @@ def new_link(name: str, topics: list[str], paused: bool, *extra: str) -> tuple[s
 
 
 def gateway_throughput(
-    sb: str, dst_cluster: object, logdir: Path, n: int, value: bytes, gateways: int, timeout: float, cpu: CpuMeter
+    sb: str,
+    dst_cluster: object,
+    logdir: Path,
+    n: int,
+    value: bytes,
+    gateways: int,
+    timeout: float,
+    cpu: CpuMeter,
+    workers: int = 0,
 ) -> dict:
-    """n records preloaded on the source; `gateways` gateway processes; timed from `replica resume` until the
-    replica holds all n, and from its first record to its last (the steady rate, start-up excluded)."""
+    """n records preloaded on the source; `gateways` gateway processes, or (workers > 0) one `gateway start -workers
+    N`; timed from `replica resume` until the replica holds all n, and from its first record to its last (the steady
+    rate, start-up excluded)."""
     from streamrepl import kafka
 
-    name = f"g{len(value)}x{gateways}"
+    name = f"g{len(value)}w{workers}" if workers else f"g{len(value)}x{gateways}"
     src, dst = new_link(name, ["t"], paused=True)
     cli("stream", "topic", "create", "-path", dst, "-topic", "t")
     fill(sb, f"sr.{name}.t", n, value)
-    names = [f"{name}-{i}" for i in range(gateways)]
-    gws = [start_gateway(logdir, n) for n in names]
+    if workers:
+        gws = [start_gateway(logdir, name, "-workers", str(workers))]
+        # -workers 1 is a plain gateway under its own id; N > 1 are workers <id>.w1 ... <id>.wN
+        names = [f"{name}.w{k}" for k in range(1, workers + 1)] if workers > 1 else [name]
+        logs = [name]
+    else:
+        names = [f"{name}-{i}" for i in range(gateways)]
+        gws = [start_gateway(logdir, n) for n in names]
+        logs = names
     try:
-        slots_settled(logdir, names)
+        slots_settled(logdir, names, logs=logs)
         time.sleep(1)  # a plan read after the slots: the partitions are acquired (paused link: nothing to do)
+        # The relay's processes: the gateways, or the supervisor and its workers.
+        pids = [g.pid for g in gws] + [c for g in gws for c in children(g.pid)]
         # What the gateways and the brokers use while nothing flows (the link paused): a cost per second, which the
         # run pays for as long as it lasts, beside the cost per record.
-        cpu.start([g.pid for g in gws])
+        cpu.start(pids)
         idle_t0 = time.perf_counter()
         time.sleep(2)
         idle = [x / (time.perf_counter() - idle_t0) for x in cpu.used()]
         profiler = None
         spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
         if os.environ.get("BENCH_PROFILE") and spy:
+            profiled = pids[-1] if workers else gws[0].pid  # a worker, not the supervisor
             # py-spy on the first gateway for the whole run: where a gateway's time goes (BENCHMARKS.md)
             profiler = subprocess.Popen(
-                [spy, "record", "-p", str(gws[0].pid), "-r", "100", "-f", "raw", "--nonblocking"]
+                [spy, "record", "-p", str(profiled), "-r", "100", "-f", "raw", "--nonblocking"]
                 + ["-o", str(logdir / f"{name}.pyspy.txt")]
                 # BENCH_PROFILE=idle: the samples of waiting threads too (where the loop waits, not only works)
                 + (["--idle"] if os.environ["BENCH_PROFILE"] == "idle" else []),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-        cpu.start([g.pid for g in gws])
+        cpu.start(pids)
         cli("stream", "replica", "resume", "-path", src, "-replica", dst)
         t0 = time.perf_counter()
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
@@ -442,7 +470,7 @@ def gateway_throughput(
         end = time.perf_counter()
         used = cpu.stop(max(got, 1))
         c.close()
-        rss = [rss_peak(g.pid) for g in gws]
+        rss = [rss_peak(p) for p in pids]
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(30)
@@ -453,6 +481,7 @@ def gateway_throughput(
     steady = (got - first[1]) / (end - first[0]) if first and end > first[0] and got > first[1] else None
     return {
         "gateways": gateways,
+        "workers": workers,
         "seconds": round(dt, 3),
         "records_s": round(got / dt),
         "delivered": got,
@@ -676,8 +705,14 @@ def main() -> int:
         "--skip", default="", help="steps to leave out, comma-separated: kcat, latency, failover, produce, cli"
     )
     ap.add_argument("--gateways", default="1,2", help="gateway processes of each throughput run (comma-separated)")
+    ap.add_argument(
+        "--workers",
+        default="",
+        help="also runs with ONE `gateway start -workers N` for each N (comma-separated; rows 'workersN')",
+    )
     a = ap.parse_args()
     gateway_counts = [int(x) for x in a.gateways.split(",") if x]
+    worker_counts = [int(x) for x in a.workers.split(",") if x]
     skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
     res: dict = {"records": n, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
@@ -743,15 +778,21 @@ def main() -> int:
             for g in gateway_counts:
                 log(f"{size} B: {g} gateway process(es)")
                 row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu)
+            for w in worker_counts:
+                log(f"{size} B: one gateway start -workers {w}")
+                row[f"workers{w}"] = gateway_throughput(
+                    sb, dst_cluster, logdir, n, value, 1, a.gateway_timeout, cpu, workers=w
+                )
+            gateway_rows = [f"gateway{g}" for g in gateway_counts] + [f"workers{w}" for w in worker_counts]
             ce = row["ceiling"]["records_s"]
-            for k in ("c_relay", "hand_written", "kcat", "gateway1", "gateway2"):
+            for k in ("c_relay", "hand_written", "kcat", *gateway_rows):
                 if "records_s" in row.get(k, {}):
                     row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
             # The yardstick: the fastest relay of this run (the C relay, or the loop where the brokers bind both).
             relays = {k: row[k]["records_s"] for k in ("c_relay", "hand_written") if "records_s" in row[k]}
             best = max(relays, key=relays.__getitem__)
             row["fastest_relay"] = best
-            for g in [f"gateway{g}" for g in gateway_counts]:
+            for g in gateway_rows:
                 r = row[g]
                 for k, v in relays.items():
                     r[f"ratio_to_{k}"] = round(r["records_s"] / v, 3)
@@ -796,13 +837,14 @@ def report(res: dict) -> None:
                 "",
             )
         ]
-        for key, label in (
+        labels = [
             ("c_relay", "C relay (librdkafka)"),
             ("hand_written", "hand-written relay loop"),
             ("kcat", "kcat | kcat"),
-            ("gateway1", "gateway, 1 process"),
-            ("gateway2", "gateway, 2 processes"),
-        ):
+            *((k, f"gateway, {k[7:]} process(es)") for k in row if k.startswith("gateway")),
+            *((k, f"one gateway start -workers {k[7:]}") for k in row if k.startswith("workers")),
+        ]
+        for key, label in labels:
             if key not in row:
                 continue
             r = row[key]
@@ -812,7 +854,7 @@ def report(res: dict) -> None:
             note = f"{r['delivered']:,}/{res['records']:,} delivered"
             if key == row.get("fastest_relay"):
                 note = f"the fastest relay (yardstick); {note}"
-            if key.startswith("gateway"):
+            if key.startswith(("gateway", "workers")):
                 vs = "; ".join(
                     f"{r[f'ratio_to_{k}']:.2f}x {what}"
                     for k, what in (("c_relay", "C relay"), ("hand_written", "hand-written"))

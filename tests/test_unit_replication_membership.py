@@ -144,3 +144,15 @@ def test_the_slots_are_never_fetched() -> None:
     made[0].callbacks["on_assign"](made[0], parts)
     assert [tp.partition for tp in made[0].assigned] == [1, 2, 3]
     assert [tp.partition for tp in made[0].paused] == [1, 2, 3]
+
+
+def test_the_partitions_of_a_topic_spread_evenly_over_members_under_round_robin() -> None:
+    # The round-robin assignor deals the slots out in turn: member i of n gets the slots s with s % n == i.
+    # (4 partitions split evenly under the old hash of each partition's key too: CRC32 is linear, and keys that
+    # differ in one digit differ in their low bits; 12 or 16 split unevenly over 4 members for half the topics.)
+    for topic in ("t", "orders", "clicks", "a-much-longer-topic-name"):
+        for partitions, members in ((4, 2), (4, 4), (12, 4), (16, 4), (16, 8)):
+            counts = [0] * members
+            for p in range(partitions):
+                counts[slot_of(Unit(StreamPath("ny", "/s1"), topic, p)) % members] += 1
+            assert counts == [partitions // members] * members, (topic, partitions, members, counts)

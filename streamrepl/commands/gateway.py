@@ -29,15 +29,38 @@ def gateway() -> None:
     help="Gateway name: letters, digits, '.', '_' and '-' (default: <host>-<pid>).",
 )
 @opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
-@opt("metricsport", type=int, metavar="PORT", help="Serve Prometheus metrics on this port (GET /metrics; 0: any).")
+@opt(
+    "metricsport",
+    type=int,
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port (GET /metrics; 0: any); with -workers N, worker k serves PORT+k-1.",
+)
 @opt("metricsaddr", metavar="ADDR", default="0.0.0.0", show_default=True, help="Address the metrics port listens on.")
+@opt(
+    "workers",
+    type=int,
+    metavar="N",
+    default=1,
+    show_default=True,
+    help="Gateway processes to run (1-64), to use more cores: each joins as gateway <id>.w<k>; a dead one restarts.",
+)
+# The id of the `-workers` supervisor that started this gateway: the gateway list allows a worker by it.
+@opt("parent", metavar="NAME", hidden=True)
 @handles_errors
 def start_cmd(
-    cluster: str, gateway_id: str | None, loglevel: str, metricsport: int | None, metricsaddr: str, **_: object
+    cluster: str,
+    gateway_id: str | None,
+    loglevel: str,
+    metricsport: int | None,
+    metricsaddr: str,
+    workers: int,
+    parent: str | None,
+    **_: object,
 ) -> None:
     """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster."""
     from ..errors import InvalidArgument
     from ..replication.process import run_foreground
+    from ..replication.workers import MAX_WORKERS
 
     if gateway_id is not None and not _GATEWAY_ID.fullmatch(gateway_id):
         raise InvalidArgument(
@@ -48,10 +71,51 @@ def start_cmd(
         raise InvalidArgument(f"-loglevel {loglevel} is not a level; use DEBUG, INFO, WARNING or ERROR")
     if metricsport is not None and not 0 <= metricsport <= 65535:
         raise InvalidArgument(f"-metricsport {metricsport} is not a port; use 1-65535, or 0 for any free port")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise InvalidArgument(f"-workers {workers} is out of range; use 1 to {MAX_WORKERS} (the slot count)")
+    if metricsport and metricsport + workers - 1 > 65535:
+        raise InvalidArgument(
+            f"-metricsport {metricsport} with -workers {workers} needs ports up to {metricsport + workers - 1};"
+            " use a lower port, or 0 for any free port"
+        )
+    if parent is not None and not _GATEWAY_ID.fullmatch(parent):
+        raise InvalidArgument(f"-parent {parent!r} is not a gateway name: use letters, digits, '.', '_' and '-'")
     reg = app().registry
     reg.get(require(cluster, "cluster"))
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    run_foreground(reg, cluster, gateway_id, metrics=(metricsaddr, metricsport) if metricsport is not None else None)
+    if workers > 1:
+        sys.exit(_supervise(cluster, gateway_id, loglevel, metricsport, metricsaddr, workers))
+    metrics = (metricsaddr, metricsport) if metricsport is not None else None
+    run_foreground(reg, cluster, gateway_id, metrics=metrics, parent_id=parent)
+
+
+def _supervise(
+    cluster: str, gateway_id: str | None, loglevel: str, metricsport: int | None, metricsaddr: str, workers: int
+) -> int:
+    """`gateway start -workers N` (N > 1): the workers' supervisor (replication/workers.py); its exit status."""
+    import os
+    import socket
+
+    from .. import settings
+    from ..replication.workers import Supervisor, spawn_gateway, worker_metrics_port
+
+    settings.check()  # a bad setting is one error here, not N workers' each
+    parent = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
+    registry_file = app().clusters_file
+
+    def argv(k: int, wid: str) -> list[str]:
+        args = [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", cluster, "-id", wid]
+        args += ["-parent", parent, "-loglevel", loglevel, "-metricsaddr", metricsaddr]
+        port = worker_metrics_port(metricsport, k)
+        if port is not None:
+            args += ["-metricsport", str(port)]
+        if registry_file:
+            args += ["-clusters", str(registry_file)]
+        return args
+
+    supervisor = Supervisor(parent, workers, spawn_gateway(argv))
+    supervisor.install_signal_handlers()
+    return supervisor.run()
 
 
 @click.group("gateway", context_settings=CONTEXT_SETTINGS)
@@ -138,6 +202,7 @@ def resolve_cmd(dstcluster: str | None) -> None:
         {k: r[k] for k in ("cluster", "gateway", "host", "lastseen")}
         for r in live_gateways(cluster)
         if gateway_lists.permits(allowed, str(r["gateway"]), str(r["host"]))
+        or ("parent" in r and gateway_lists.permits(allowed, str(r["parent"]), str(r["host"])))
     ]
     output(rows, ["cluster", "gateway", "host", "lastseen"])
 

@@ -40,10 +40,13 @@ class AllowList:
         host: str,
         new_consumer: Callable[..., Consumer] = kafka.consumer,
         read_list: Callable[[Cluster], list[str]] = gateway_lists.allowed,
+        parent_id: str | None = None,
     ):
         self.cluster = cluster
         self.gateway_id = gateway_id
         self.host = host
+        #: a worker of `gateway start -workers` is allowed by its supervisor's id too (workers.py)
+        self.parent_id = parent_id
         self.refusal = ""
         self.stopping = False
         self._new_consumer = new_consumer
@@ -56,6 +59,8 @@ class AllowList:
         return self.refusal
 
     def _judge(self, gateways: list[str]) -> str:
+        if self.parent_id and gateway_lists.permits(gateways, self.parent_id, self.host):
+            return ""
         return gateway_lists.refusal(self.cluster.name, gateways, self.gateway_id, self.host)
 
     def start(self) -> None:

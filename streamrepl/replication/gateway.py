@@ -70,10 +70,13 @@ class Gateway:
         new_producer: Callable[..., Producer] = kafka.producer,
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
         new_end_watch: Callable[[Cluster], EndWatch] | None = None,
+        parent_id: str | None = None,
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
         self.id = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
+        #: the `gateway start -workers` supervisor this gateway is a worker of (None: started on its own)
+        self.parent_id = parent_id
         self.tuning = tuning or settings.gateway()
         #: set to stop the loop; a plain attribute, so that a signal handler may set it (see process.py)
         self.stopping = False
@@ -110,9 +113,10 @@ class Gateway:
             lambda: self.group.slots,
             lambda: self.plan,
             lambda: self.mover.producer,
+            parent_id=parent_id,
         )
         #: the gateway list (`cluster gateway set`): one taken off it drains and leaves
-        self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer)
+        self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer, parent_id=parent_id)
         #: why the gateway stopped serving, when the gateway list stopped it ("" otherwise)
         self.refused = ""
         self.cursor_sync: CursorSyncProcess | None = None

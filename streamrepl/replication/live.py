@@ -26,19 +26,20 @@ def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
         if not statustopic.is_live(rep, now_ms):
             continue
         units = rep.get("units", [])
-        rows.append(
-            {
-                "cluster": cluster.name,
-                "gateway": rep.get("gateway"),
-                "host": rep.get("host"),
-                "pid": rep.get("pid"),
-                "slots": len(rep.get("slots", [])),
-                "partitions": len(units),
-                "applied": rep.get("applied", 0),
-                "errors": rep.get("errors", 0),
-                # how fresh the row is: a gateway killed a moment ago is listed until LIVE_SECONDS pass
-                "lastseen": round((now_ms - rep.get("updated", 0)) / 1000, 1),
-                "replicates": " ".join(units),
-            }
-        )
+        row: dict[str, Any] = {
+            "cluster": cluster.name,
+            "gateway": rep.get("gateway"),
+            "host": rep.get("host"),
+            "pid": rep.get("pid"),
+            "slots": len(rep.get("slots", [])),
+            "partitions": len(units),
+            "applied": rep.get("applied", 0),
+            "errors": rep.get("errors", 0),
+            # how fresh the row is: a gateway killed a moment ago is listed until LIVE_SECONDS pass
+            "lastseen": round((now_ms - rep.get("updated", 0)) / 1000, 1),
+            "replicates": " ".join(units),
+        }
+        if rep.get("parent"):
+            row["parent"] = rep["parent"]  # a worker of `gateway start -workers` (not a column: -json shows it)
+        rows.append(row)
     return sorted(rows, key=lambda r: str(r["gateway"]))

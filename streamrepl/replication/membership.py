@@ -4,6 +4,14 @@ Each gateway joins the group `streamrepl-gateways-<cluster>` on a slot topic of 
 destination cluster; the round-robin assignor spreads the slots over the live gateways, and each destination
 partition hashes to one slot (slot_of), so exactly one live gateway owns it. The cursor sync spreads the links
 the same way (slot_of_link).
+
+The partitions of one topic take consecutive slots (the topic's hash + the partition number): round robin deals
+the slots out in turn, so a topic's partitions spread evenly over the members whatever their number (n partitions
+over m gateways: n/m each when m divides n). A hash of each partition's own key did so only by luck (CRC32 is
+linear: up to 10 partitions their keys differ in one digit and landed evenly; 12 or 16 partitions over 4 members
+split unevenly for half the topics, e.g. 2/2/4/4). Every gateway of a cluster must map partitions to slots the
+same way, or two could own one partition: an upgrade across this change (2026-11) stops every gateway of a
+cluster before any new one starts.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ SLOTS = 64
 
 
 def slot_of(unit: Unit) -> int:
-    return zlib.crc32(unit.key.encode()) % SLOTS
+    return (zlib.crc32(f"{unit.dst}:{unit.topic}".encode()) + unit.partition) % SLOTS
 
 
 def slot_of_link(link: Link, slots: int = SLOTS) -> int:

@@ -15,15 +15,23 @@ import sys
 from types import FrameType
 
 from .. import kafka, settings
+from ..errors import PermissionDenied
 from ..registry import Registry
 from .gateway import Gateway
+from .workers import REFUSED
+
+log = logging.getLogger("streamrepl.gateway")
 
 
 def run_foreground(
-    reg: Registry, cluster: str, gateway_id: str | None = None, metrics: tuple[str, int] | None = None
+    reg: Registry,
+    cluster: str,
+    gateway_id: str | None = None,
+    metrics: tuple[str, int] | None = None,
+    parent_id: str | None = None,
 ) -> None:
     settings.check()
-    gw = Gateway(reg, cluster, gateway_id, settings.gateway())
+    gw = Gateway(reg, cluster, gateway_id, settings.gateway(), parent_id=parent_id)
     gw.leave_group = kafka.leaves_group_safely(reg.get(cluster))
     if metrics is not None:
         gw.serve_metrics(*metrics)
@@ -33,10 +41,18 @@ def run_foreground(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    gw.run()
+    try:
+        gw.run()
+    except PermissionDenied as e:
+        if parent_id is None:
+            raise  # the command's one-line error, exit status 1
+        # A worker of `gateway start -workers` refused at start: a status of its own, so that its supervisor does not
+        # start it again (exit status 1 is also any other failure, after which it does).
+        log.error("%s", e.message)
+        gw.refused = e.message
     # Drained and stopped (and left, where the broker handles it): exit without destroying the group consumer again.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     # Taken off the gateway list: not a clean stop, so that a supervisor shows it (the log says why).
-    os._exit(1 if gw.refused else 0)
+    os._exit((REFUSED if parent_id else 1) if gw.refused else 0)

@@ -32,8 +32,10 @@ class StatusReports:
         slots: Callable[[], set[int]],
         plan: Callable[[], Plan | None],
         producer: Callable[[], Producer],
+        parent_id: str | None = None,
     ):
         self.gateway_id = gateway_id
+        self.parent_id = parent_id
         self.partitions = partitions
         self.stats = stats
         self._slots = slots
@@ -75,6 +77,8 @@ class StatusReports:
             "errors": len(self.partitions.errored),
             "updated": int(time.time() * 1000),
         }
+        if self.parent_id:
+            body["parent"] = self.parent_id  # `cluster gateway resolve` allows a worker by its supervisor's id
         self._gateway(body)
 
     def stopped(self) -> None:
