@@ -412,13 +412,14 @@ def gateway_throughput(
     timeout: float,
     cpu: CpuMeter,
     workers: int = 0,
+    suffix: str = "",
 ) -> dict:
     """n records preloaded on the source; `gateways` gateway processes, or (workers > 0) one `gateway start -workers
     N`; timed from `replica resume` until the replica holds all n, and from its first record to its last (the steady
     rate, start-up excluded)."""
     from streamrepl import kafka
 
-    name = f"g{len(value)}w{workers}" if workers else f"g{len(value)}x{gateways}"
+    name = (f"g{len(value)}w{workers}" if workers else f"g{len(value)}x{gateways}") + suffix
     src, dst = new_link(name, ["t"], paused=True)
     cli("stream", "topic", "create", "-path", dst, "-topic", "t")
     fill(sb, f"sr.{name}.t", n, value)
@@ -493,6 +494,99 @@ def gateway_throughput(
         "idle_relay_cpu_pct": round(idle[0] * 100, 1),
         "idle_brokers_cpu_pct": round(idle[1] * 100, 1),
     }
+
+
+def relay_round(
+    a: argparse.Namespace,
+    sb: str,
+    db: str,
+    dst_cluster: object,
+    logdir: Path,
+    n: int,
+    value: bytes,
+    tag: str,
+    cpu: CpuMeter,
+    skip: set[str],
+    rnd: int,
+) -> dict[str, dict]:
+    """One run of every relay over the n records of bench.src<size>, each into a topic of its own (`tag`)."""
+    size = len(value)
+    rec_bytes = size + 13
+    out: dict[str, dict] = {}
+    log(f"{size} B, round {rnd + 1}: hand-written consume-then-produce loop")
+    create_topic(db, f"bench.hw{tag}")
+    cpu.start()
+    dt = hand_written(sb, db, f"bench.src{size}", f"bench.hw{tag}", n)
+    used = cpu.stop(n)
+    out["hand_written"] = {
+        **used,
+        "records_s": round(n / dt),
+        "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+        "delivered": count(dst_cluster, f"bench.hw{tag}"),
+    }
+    log(f"{size} B, round {rnd + 1}: C relay")
+    create_topic(db, f"bench.c{tag}")
+    cpu.start()
+    dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{tag}", n)
+    used = cpu.stop(n)
+    out["c_relay"] = (
+        {"error": dt}
+        if isinstance(dt, str)
+        else {
+            **used,
+            "records_s": round(n / dt),
+            "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+            "delivered": count(dst_cluster, f"bench.c{tag}"),
+        }
+    )
+    if rnd == 0:
+        log(f"{size} B: kcat | kcat")
+        create_topic(db, f"bench.kcat{tag}")
+        dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{tag}", n)
+        out["kcat"] = (
+            {"error": dt}
+            if isinstance(dt, str)
+            else {
+                "records_s": round(n / dt),
+                "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+                "delivered": count(dst_cluster, f"bench.kcat{tag}"),
+            }
+        )
+    gateway_counts = [int(x) for x in a.gateways.split(",") if x]
+    worker_counts = [int(x) for x in a.workers.split(",") if x]
+    suffix = "" if rnd == 0 else f"r{rnd}"
+    for g in gateway_counts:
+        log(f"{size} B, round {rnd + 1}: {g} gateway process(es)")
+        out[f"gateway{g}"] = gateway_throughput(
+            sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu, suffix=suffix
+        )
+    for w in worker_counts:
+        log(f"{size} B, round {rnd + 1}: one gateway start -workers {w}")
+        out[f"workers{w}"] = gateway_throughput(
+            sb, dst_cluster, logdir, n, value, 1, a.gateway_timeout, cpu, workers=w, suffix=suffix
+        )
+    return out
+
+
+def median_run(results: list[dict]) -> dict:
+    """The round with the median records/s (its other figures with it), and every round's records/s."""
+    ok = sorted((r for r in results if "records_s" in r), key=lambda r: r["records_s"])
+    if not ok:
+        return results[0]
+    mid = dict(ok[(len(ok) - 1) // 2])
+    if len(results) > 1:
+        mid["rounds_records_s"] = [r.get("records_s") for r in results]
+    return mid
+
+
+def median_ratio(runs: list[dict], yardsticks: list[dict]) -> float:
+    """The median over the rounds of a relay's records/s to the yardstick's of the same round."""
+    ratios = [
+        r["records_s"] / y["records_s"]
+        for r, y in zip(runs, yardsticks, strict=True)
+        if r.get("records_s") and y.get("records_s")
+    ]
+    return round(statistics.median(ratios), 3) if ratios else 0.0
 
 
 def latency_run(sb: str, dst_cluster: object, src_cluster: object, logdir: Path, rate: int, seconds: float) -> dict:
@@ -704,6 +798,9 @@ def main() -> int:
     ap.add_argument(
         "--skip", default="", help="steps to leave out, comma-separated: kcat, latency, failover, produce, cli"
     )
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="run every relay this many times, interleaved; report medians"
+    )
     ap.add_argument("--gateways", default="1,2", help="gateway processes of each throughput run (comma-separated)")
     ap.add_argument(
         "--workers",
@@ -715,7 +812,7 @@ def main() -> int:
     worker_counts = [int(x) for x in a.workers.split(",") if x]
     skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
-    res: dict = {"records": n, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
+    res: dict = {"records": n, "rounds": a.rounds, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-bench-"))
     res["logs"] = str(logdir)
     with EphemeralClusters([SRC, DST]) as ec:
@@ -737,66 +834,32 @@ def main() -> int:
             row["ceiling"] = {"records_s": round(n / dt), "MB_s": round(n * rec_bytes / dt / 1e6, 1)}
             create_topic(sb, f"bench.src{size}")
             fill(sb, f"bench.src{size}", n, value)
-            log(f"{size} B: hand-written consume-then-produce loop")
-            create_topic(db, f"bench.hw{size}")
-            cpu.start()
-            dt = hand_written(sb, db, f"bench.src{size}", f"bench.hw{size}", n)
-            used = cpu.stop(n)
-            row["hand_written"] = {
-                **used,
-                "records_s": round(n / dt),
-                "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-                "delivered": count(dst_cluster, f"bench.hw{size}"),
-            }
-            log(f"{size} B: C relay")
-            create_topic(db, f"bench.c{size}")
-            cpu.start()
-            dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{size}", n)
-            used = cpu.stop(n)
-            row["c_relay"] = (
-                {"error": dt}
-                if isinstance(dt, str)
-                else {
-                    **used,
-                    "records_s": round(n / dt),
-                    "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-                    "delivered": count(dst_cluster, f"bench.c{size}"),
-                }
-            )
-            log(f"{size} B: kcat | kcat")
-            create_topic(db, f"bench.kcat{size}")
-            dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{size}", n)
-            row["kcat"] = (
-                {"error": dt}
-                if isinstance(dt, str)
-                else {
-                    "records_s": round(n / dt),
-                    "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-                    "delivered": count(dst_cluster, f"bench.kcat{size}"),
-                }
-            )
-            for g in gateway_counts:
-                log(f"{size} B: {g} gateway process(es)")
-                row[f"gateway{g}"] = gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu)
-            for w in worker_counts:
-                log(f"{size} B: one gateway start -workers {w}")
-                row[f"workers{w}"] = gateway_throughput(
-                    sb, dst_cluster, logdir, n, value, 1, a.gateway_timeout, cpu, workers=w
-                )
             gateway_rows = [f"gateway{g}" for g in gateway_counts] + [f"workers{w}" for w in worker_counts]
+            # Each round runs every relay once more, in the same order, into topics of its own: on a shared
+            # machine one run's rows drift apart by up to a quarter (BENCHMARKS.md), so the figures are medians of
+            # the rounds and the ratios the medians of each round's own ratios.
+            runs: dict[str, list[dict]] = {}
+            for rnd in range(a.rounds):
+                tag = f"{size}" if rnd == 0 else f"{size}r{rnd}"
+                for key, result in relay_round(a, sb, db, dst_cluster, logdir, n, value, tag, cpu, skip, rnd).items():
+                    runs.setdefault(key, []).append(result)
+            for key, results in runs.items():
+                row[key] = median_run(results)
             ce = row["ceiling"]["records_s"]
             for k in ("c_relay", "hand_written", "kcat", *gateway_rows):
                 if "records_s" in row.get(k, {}):
                     row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
-            # The yardstick: the fastest relay of this run (the C relay, or the loop where the brokers bind both).
+            # The yardstick: the fastest relay of each round (the C relay, or the loop where the brokers bind both).
             relays = {k: row[k]["records_s"] for k in ("c_relay", "hand_written") if "records_s" in row[k]}
             best = max(relays, key=relays.__getitem__)
             row["fastest_relay"] = best
+            yardsticks = [runs[k] for k in relays]
             for g in gateway_rows:
                 r = row[g]
-                for k, v in relays.items():
-                    r[f"ratio_to_{k}"] = round(r["records_s"] / v, 3)
-                r["ratio_to_fastest_relay"] = round(r["records_s"] / relays[best], 3)
+                for k in relays:
+                    r[f"ratio_to_{k}"] = median_ratio(runs[g], runs[k])
+                fastest = [max(pair, key=lambda x: x.get("records_s", 0)) for pair in zip(*yardsticks, strict=True)]
+                r["ratio_to_fastest_relay"] = median_ratio(runs[g], fastest)
             res["throughput"].append(row)
 
         if "latency" not in skip:
@@ -865,10 +928,13 @@ def report(res: dict) -> None:
                     f" record; {note}; peak RSS {r['peak_rss_MB']} MB; idle (link paused) CPU: gateway"
                     f" {r.get('idle_relay_cpu_pct')} %, brokers {r.get('idle_brokers_cpu_pct')} % of a core"
                 )
+            if "rounds_records_s" in r:
+                note += "; rounds: " + " / ".join(f"{x:,}" if x else "-" for x in r["rounds_records_s"])
             used = f"{r['relay_cpu_us']}+{r['brokers_cpu_us']}" if "relay_cpu_us" in r else ""
             rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", used, note))
         w = [max(len(x[i]) for x in [*rows, head]) for i in range(6)]
-        out.append(f"records={res['records']:,} value={row['value_bytes']}B partitions={res['partitions']}")
+        rounds = f" rounds={res['rounds']} (medians)" if res.get("rounds", 1) > 1 else ""
+        out.append(f"records={res['records']:,} value={row['value_bytes']}B partitions={res['partitions']}{rounds}")
         for r in [head, *rows]:
             out.append("  ".join(x.ljust(w[i]) if i in (0, 5) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
         out.append("")
