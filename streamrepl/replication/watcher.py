@@ -22,8 +22,14 @@ from .plan import Planner
 
 log = logging.getLogger("streamrepl.gateway")
 
-#: how often the topics are listed again (topics a plain Kafka client made are adopted, replica topics made)
+#: how often the plan watcher passes without a change (the plan read again when it had problems, the topics listed
+#: when LISTING_SECONDS passed)
 REFRESH_SECONDS = 2.0
+#: how often the topics are listed again (topics a plain Kafka client made are adopted, replica topics made): a net
+#: for what no stream record says (streamrepl's own topics are in the metadata log, seen by the change poll). Every
+#: 2 s the listings and the plan published again were about a third of an idle gateway's Python samples at 800
+#: partitions (py-spy, the end watch off; BENCHMARKS.md, idle cost at 800 partitions)
+LISTING_SECONDS = 10.0
 #: how often the stream records are read again although no metadata topic's end moved (a backstop: a change is
 #: seen at once from the ends; reading every stream record of every cluster each REFRESH_SECONDS was most of an
 #: idle gateway's own CPU at 20 streams)
@@ -111,9 +117,12 @@ class PlanWatcher:
                     present = listed
                 else:
                     present = listed = self.planner.ensure_topics(plan)
-                    listed_until = time.monotonic() + REFRESH_SECONDS
-                with self._plan_lock:
-                    self.published = (plan, present)
+                    listed_until = time.monotonic() + LISTING_SECONDS
+                last = self._published
+                # The same plan and topics again: nothing for the loop to apply (it was woken for each, every pass).
+                if last is None or last[0] is not plan or last[1] != present:
+                    with self._plan_lock:
+                        self.published = (plan, present)
             except StreamreplError as e:
                 log.warning("cannot read replication metadata: %s", e)
             except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
