@@ -27,8 +27,8 @@ log = logging.getLogger("streamrepl.gateway")
 REFRESH_SECONDS = 2.0
 #: how often the topics are listed again (topics a plain Kafka client made are adopted, replica topics made): a net
 #: for what no stream record says (streamrepl's own topics are in the metadata log, seen by the change poll). Every
-#: 2 s the listings and the plan published again were about a third of an idle gateway's Python samples at 800
-#: partitions (py-spy, the end watch off; BENCHMARKS.md, idle cost at 800 partitions)
+#: 2 s the listings were about a quarter of an idle gateway's Python samples at 800 partitions (py-spy, the end
+#: watch off; BENCHMARKS.md, idle cost at 800 partitions)
 LISTING_SECONDS = 10.0
 #: how often the stream records are read again although no metadata topic's end moved (a backstop: a change is
 #: seen at once from the ends; reading every stream record of every cluster each REFRESH_SECONDS was most of an
@@ -118,11 +118,11 @@ class PlanWatcher:
                 else:
                     present = listed = self.planner.ensure_topics(plan)
                     listed_until = time.monotonic() + LISTING_SECONDS
-                last = self._published
-                # The same plan and topics again: nothing for the loop to apply (it was woken for each, every pass).
-                if last is None or last[0] is not plan or last[1] != present:
-                    with self._plan_lock:
-                        self.published = (plan, present)
+                # Published every pass, changed or not: the loop's plan application is also where a newly acquired
+                # feed is first compared with its source's end (watermarks.recheck_lagging_feeds), which a feed
+                # needs before it may go quiet (publishing only changes left 800 partitions fetched: Tansu at 98 %).
+                with self._plan_lock:
+                    self.published = (plan, present)
             except StreamreplError as e:
                 log.warning("cannot read replication metadata: %s", e)
             except Exception:  # noqa: BLE001 - the watcher must outlive any one bad read
