@@ -200,7 +200,7 @@ class FakeReplicator:
     def __init__(self, src_cluster: Any, dst_cluster: Any, src_stream: Any, dst_stream: Any) -> None:
         self.src_cluster, self.dst_stream, self.name = src_cluster, dst_stream, f"{src_stream}->{dst_stream}"
 
-    def run_once(self) -> list[dict[str, Any]]:
+    def run_once(self, source: Any = None) -> list[dict[str, Any]]:
         FakeReplicator.calls.append(self.name)
         if self.name in FakeReplicator.fail_next:
             FakeReplicator.fail_next.discard(self.name)

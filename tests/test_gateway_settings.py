@@ -28,6 +28,7 @@ from support.cli import Run, one_error_line, run_proc
         ({"STREAMREPL_CURSOR_SYNC_SECONDS": "-1"}, "STREAMREPL_CURSOR_SYNC_SECONDS=-1 must be between 0.05 and"),
         ({"STREAMREPL_CURSOR_SYNC_SECONDS": "nan"}, "STREAMREPL_CURSOR_SYNC_SECONDS=nan must be a finite number"),
         ({"STREAMREPL_CURSOR_SYNC_SECONDS": "abc"}, "STREAMREPL_CURSOR_SYNC_SECONDS=abc is not a number"),
+        ({"STREAMREPL_QUIET_END_CHECK_MS": "5"}, "STREAMREPL_QUIET_END_CHECK_MS=5 must be between 10 and"),
         (
             {"STREAMREPL_GATEWAY_SESSION_MS": "99999999999"},
             "STREAMREPL_GATEWAY_SESSION_MS=99999999999 must be between 1000 and",

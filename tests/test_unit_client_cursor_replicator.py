@@ -54,8 +54,10 @@ class FakeAdmin:
         self.active = active or set()
         self.altered: list[tuple[str, list[TopicPartition]]] = []
         self.down = False
+        self.listings = 0
 
     def list_consumer_groups(self, request_timeout: float) -> Done:
+        self.listings += 1
         if self.down:
             return Done(error=KafkaException(KafkaError(KafkaError._TRANSPORT)))
         return Done(Answer(valid=[Answer(group_id=g) for g in self.offsets]))
@@ -149,3 +151,48 @@ def test_an_unreachable_cluster_raises_and_the_next_run_uses_new_admin_clients()
     assert built == ["sanfrancisco", "newyork", "sanfrancisco", "newyork"]
     src.down = False
     assert [c["offset"] for c in rep.run_once()] == [5]
+
+
+def test_a_gateways_round_asks_each_source_cluster_for_its_groups_once_for_all_its_links(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20 links out of one cluster asked it for its groups and their commits 20 times every round (the idle cost of
+    the cursor sync at 800 partitions): once a round serves them all, and a source that does not answer fails the
+    round of each of its links, as before."""
+    from streamrepl.replication import cursor_sync, links
+
+    streams = [f"/s{i}" for i in range(3)]
+    src = FakeAdmin({"g": {(kafka_topic_name(StreamPath("sanfrancisco", s), "clicks"), 0): 7 for s in streams}})
+    dst = FakeAdmin({})
+    reader = FakeReader({(kafka_topic_name(StreamPath("newyork", s), "clicks"), 0): 9 for s in streams})
+
+    def with_fakes(src_cluster: Cluster, dst_cluster: Cluster, src_stream: StreamPath, dst_stream: StreamPath) -> Any:
+        def admin(cluster: Cluster) -> Any:
+            return src if cluster is SRC_CLUSTER else dst
+
+        return CursorReplicator(src_cluster, dst_cluster, src_stream, dst_stream, admin=admin, reader=lambda _c: reader)
+
+    monkeypatch.setattr(cursor_sync, "CursorReplicator", with_fakes)
+    plan = links.Plan(
+        [
+            links.Link(StreamPath("sanfrancisco", s), SRC_CLUSTER, "u", StreamPath("newyork", s), "v", False, "", 0)
+            for s in streams
+        ],
+        {},
+        {},
+        [],
+    )
+
+    class Gw:
+        slots = set(range(cursor_sync.SLOTS))
+        cluster = DST_CLUSTER
+
+    Gw.plan = plan  # type: ignore[attr-defined]
+    sync = cursor_sync.CursorSync(Gw())
+    assert sync.run_once() == 3  # each replica's cursor moved
+    assert src.listings == 1
+    assert sorted(off for _, tps in dst.altered for off in [tps[0].offset]) == [7, 7, 7]
+
+    src.down = True
+    assert sync.run_once() == 0
+    assert (src.listings, sync.errors) == (2, 3)  # asked once; each link's round failed

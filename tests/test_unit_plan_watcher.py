@@ -188,6 +188,7 @@ def test_a_change_that_needs_a_topic_not_listed_lists_and_makes_it(slow_backstop
 
 def test_the_periodic_pass_lists_and_adopts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watcher, "REFRESH_SECONDS", 0.2)
+    monkeypatch.setattr(watcher, "LISTING_SECONDS", 0.2)
     monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
     ends = Ends()
     planner = FakePlanner()
@@ -198,5 +199,32 @@ def test_the_periodic_pass_lists_and_adopts_again(monkeypatch: pytest.MonkeyPatc
         while (planner.listings < 3 or planner.adoptions < 3) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert planner.listings >= 3 and planner.adoptions >= 3
+    finally:
+        w.stop()
+
+
+def test_a_pass_that_finds_nothing_new_lists_no_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 800 idle partitions the two topic listings every REFRESH_SECONDS were about a quarter of an idle gateway's
+    Python samples with the end watch off: topics are listed every LISTING_SECONDS (a net for topics plain Kafka
+    clients make: streamrepl's own are seen in the metadata log), and a change is read without a listing."""
+    monkeypatch.setattr(watcher, "REFRESH_SECONDS", 0.05)
+    monkeypatch.setattr(watcher, "LISTING_SECONDS", 600.0)
+    monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
+    ends = Ends()
+    planner = FakePlanner()
+    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
+    w.start()
+    try:
+        deadline = time.monotonic() + 30  # a hang guard
+        while ends.asked < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ends.asked >= 40  # several passes went by
+        reads = planner.reads
+        assert (planner.listings, planner.adoptions) == (1, 1)
+        ends.ends["sf"] += 1  # a stream record: read at once, without listing
+        deadline = time.monotonic() + 30
+        while planner.reads == reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (planner.reads, planner.listings) == (reads + 1, 1)
     finally:
         w.stop()

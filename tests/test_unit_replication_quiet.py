@@ -166,3 +166,19 @@ def test_a_new_plan_ends_the_wait_of_a_loop_whose_feeds_are_all_quiet(monkeypatc
     waited.join(30)  # a hang guard
     assert not waited.is_alive(), "the new plan did not end the wait"
     assert watcher.published is not None
+
+
+def test_the_end_check_period_is_the_brokers_unless_the_environment_sets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """STREAMREPL_QUIET_END_CHECK_MS trades an idle partition's wake for what watching it costs (at 800 partitions
+    on Tansu, the source broker's largest idle cost: BENCHMARKS.md)."""
+    from streamrepl import kafka
+    from streamrepl.registry import Cluster
+
+    made: list[object] = []
+    monkeypatch.setattr(quiet, "EndWatch", lambda new_client, period: made.append(period) or period)
+    cluster = Cluster("sanfrancisco", {"bootstrap.servers": "127.0.0.1:1", "streamrepl.broker": "tansu"})
+    monkeypatch.delenv("STREAMREPL_QUIET_END_CHECK_MS", raising=False)
+    quiet.end_watch(cluster)
+    monkeypatch.setenv("STREAMREPL_QUIET_END_CHECK_MS", "250")
+    quiet.end_watch(cluster)
+    assert made == [kafka.quiet_end_check_ms(cluster) / 1000, 0.25]

@@ -18,6 +18,9 @@ from ..kafka import AdminClient, Consumer, KafkaException, TopicPartition
 from ..paths import StreamPath, from_kafka_topic_name, kafka_topic_name
 from ..registry import Cluster
 
+#: group -> ({(Kafka topic, partition): committed offset}, {(Kafka topic, partition): commit metadata})
+SourceCommits = dict[str, tuple[dict[tuple[str, int], int], dict[tuple[str, int], str]]]
+
 
 class CursorReplicator:
     """Carries committed offsets of consumer groups from a source stream to a replica stream.
@@ -77,30 +80,34 @@ class CursorReplicator:
         except (KafkaException, TimeoutError):
             return int(high)
 
-    def run_once(self, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def source_commits(self) -> SourceCommits:
+        """What every group of the source cluster committed (streamrepl's own left out), whatever its topics: one
+        ListGroups and one OffsetFetch per group. The same for every link out of that cluster: a gateway's cursor
+        sync reads it once a round for all of them (cursor_sync.CursorSync), not once per link."""
+        groups = kafka.list_groups(self.src_cluster, self._src_admin)
+        return kafka.committed_offsets(self.src_cluster, self._src_admin, groups)
+
+    def run_once(
+        self, topics: Iterable[str] | None = None, source: Callable[[], SourceCommits] | None = None
+    ) -> list[dict[str, Any]]:
         """Copy what moved since the last run; returns one dict per destination offset changed.
 
-        `topics` limits the work to these stream topics (default: every topic of the stream).
+        `topics` limits the work to these stream topics (default: every topic of the stream); `source` gives
+        what the source's groups committed (default: `source_commits()`, read now).
         Each dict has group, topic, partition, source (the source offset), previous (the
         destination offset before, -1 when none) and offset (what was committed; below
         source when the destination does not hold the records up to source yet).
         """
         try:
-            return self._run(set(topics) if topics is not None else None)
+            return self._run(set(topics) if topics is not None else None, source or self.source_commits)
         except StreamreplError:
             # Unreachable, or a client wedged by a dropped connection: start the next run afresh.
             self._src_admin = self._new_admin(self.src_cluster)
             self._dst_admin = self._new_admin(self.dst_cluster)
             raise
 
-    def _run(self, wanted: set[str] | None) -> list[dict[str, Any]]:
-        src_groups = kafka.list_groups(self.src_cluster, self._src_admin)
-        src = kafka.committed_offsets(
-            self.src_cluster,
-            self._src_admin,
-            src_groups,
-            lambda kt: self._source_topic(kt, wanted) is not None,
-        )
+    def _run(self, wanted: set[str] | None, source: Callable[[], SourceCommits]) -> list[dict[str, Any]]:
+        src = source()
         # group -> {(dst Kafka topic, partition): (source offset, metadata, stream topic)}
         plan: dict[str, dict[tuple[str, int], tuple[int, str | None, str]]] = {}
         for g, (offs, meta) in src.items():

@@ -27,10 +27,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Self
 
 from .. import settings
 from ..cursors import CursorReplicator
+from ..cursors.replicator import SourceCommits
 from ..errors import StreamreplError
 from ..paths import StreamPath
 from ..registry import Cluster
@@ -132,6 +134,25 @@ class CursorSync(_Rounds):
         for name in [n for n in self._failing if n not in names]:
             del self._failing[name]
         moved = 0
+        # What the groups of each source cluster committed, read once a round for every link out of it (20 links of
+        # one source cluster asked it for its groups 20 times a round), or why it could not be read.
+        commits: dict[str, SourceCommits | StreamreplError] = {}
+
+        def source_of(r: CursorReplicator) -> Callable[[], SourceCommits]:
+            def read() -> SourceCommits:
+                got = commits.get(r.src_cluster.name)
+                if got is None:
+                    try:
+                        got = r.source_commits()
+                    except StreamreplError as e:
+                        got = e
+                    commits[r.src_cluster.name] = got
+                if isinstance(got, StreamreplError):
+                    raise got  # every link of the cluster fails its round, as it would on its own
+                return got
+
+            return read
+
         for link in owned:
             if self._stop.is_set():
                 break
@@ -142,7 +163,7 @@ class CursorSync(_Rounds):
                     r = self._replicators[link.name] = CursorReplicator(
                         link.src_cluster, self.gateway.cluster, link.src, link.dst
                     )
-                changed = r.run_once()
+                changed = r.run_once(source=source_of(r))
             except Exception as e:  # noqa: BLE001 - logged, retried next round
                 self.errors += 1
                 why = (str(e).splitlines() or [repr(e)])[0]

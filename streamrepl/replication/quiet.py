@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import kafka
+from .. import kafka, settings
 from ..kafka import Consumer, KafkaException, TopicPartition
 from ..registry import Cluster
 
@@ -183,7 +183,7 @@ def end_watch(cluster: Cluster) -> EndWatch:
     offsets the replica already holds."""
     return EndWatch(
         lambda on_lost: kafka.consumer(cluster, **reports_lost_connection(cluster, on_lost)),
-        kafka.quiet_end_check_ms(cluster) / 1000,
+        settings.QUIET_END_CHECK_MS.read(default=kafka.quiet_end_check_ms(cluster)) / 1000,
     )
 
 
