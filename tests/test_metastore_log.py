@@ -82,6 +82,22 @@ def test_a_write_reads_only_the_records_written_since(cluster: tuple[EphemeralCl
     assert MetaStore(c).streams() == _from_scratch(c)
 
 
+def test_a_write_right_after_what_was_read_is_not_read_back(cluster: tuple[EphemeralClusters, Cluster]) -> None:
+    """Its record's offset says nothing lies between it and what was read: each write then fetches only the last
+    record read (is the log still the one read?), where it read its own record back with a new consumer too (a new
+    client's first request costs in proportion to the cluster's topics on Tansu)."""
+    _, c = cluster
+    path = f"/{uuid.uuid4().hex[:6]}/alone"
+    _create(MetaStore(c), path)
+    log = metastore._log_of(c)
+    before = log.records_read
+    for _ in range(10):
+        MetaStore(c).update(path, _bump)
+    assert log.records_read - before == 10
+    assert MetaStore(c).get(path).extra["total"] == 10  # type: ignore[union-attr]
+    assert MetaStore(c).streams() == _from_scratch(c)
+
+
 @pytest.mark.parametrize("after", [1, 8], ids=["shorter", "longer"])
 def test_a_recreated_log_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster], after: int) -> None:
     _, c = cluster
