@@ -35,6 +35,11 @@ Record = dict[str, Any]
 Edit = Callable[[Stream | None], Stream | None]
 
 MAX_ATTEMPTS = 8
+#: A write builds on the state read this long ago (seconds) without reading again. A command reads a stream, checks
+#: the change and writes it: the second read found nothing new and cost as much as the first (a new consumer, whose
+#: first request Tansu answers with every topic of the cluster). A state that was stale after all costs only the
+#: write: its version is no longer the next one, every reader ignores it, and the writer reads and tries again.
+FRESH_FOR_WRITE = 1.0
 
 
 def _fold(state: dict[str, Record], key: bytes | None, value: bytes | None, offset: int) -> str | None:
@@ -80,6 +85,7 @@ class _Log:
         self.next_offset = 0
         self.last_key: bytes | None = None  # the key of the record at next_offset - 1
         self.records_read = 0  # every record fetched, the check of the last one included (for tests)
+        self.read_at = float("-inf")  # time.monotonic() of the last read of the log
         #: asks which topics exist, and nothing else
         self.lookup: kafka.Consumer | None = None
         #: creates the streams' Kafka topics (`MetaStore.create_topics`): a new client's first request costs in
@@ -95,6 +101,7 @@ class _Log:
     def forget(self) -> None:
         """Drop what was read: the log is gone or is another one now."""
         self.state, self.accepted, self.next_offset, self.last_key = {}, set(), 0, None
+        self.read_at = float("-inf")
 
     def read(self, cluster: Cluster, until: int | None = None) -> None:
         """Fold the records written since the last read (up to and including offset `until`, or the end).
@@ -109,6 +116,7 @@ class _Log:
             self.forget()
         if self.next_offset == 0:
             self._read_on(cluster, until)
+        self.read_at = time.monotonic()
 
     def partitions_of(self, cluster: Cluster, topic: str) -> int | None:
         """How many partitions a Kafka topic has (None: no such topic), asking about that topic alone with a kept
@@ -322,7 +330,11 @@ class MetaStore:
         """
         self._ensure_topic()
         for attempt in range(MAX_ATTEMPTS):
-            state = self._read()
+            with self._log.lock:
+                read_again = attempt > 0 or time.monotonic() - self._log.read_at > FRESH_FOR_WRITE
+                state = dict(self._log.state)
+            if read_again:
+                state = self._read()
             current = state.get(path)
             live = None if current is None or current.get("deleted") else current
             new = edit(None if live is None else _stream(live))
@@ -337,7 +349,8 @@ class MetaStore:
             if self._won(key, value, offset):
                 # As read back: the JSON a reader folds, not the objects `edit` returned.
                 return None if new is None else _stream(json.loads(json.dumps(rec)))
-            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+            if read_again:  # lost to another writer, not to a state that was stale: let the others finish
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise ConcurrentEdit(
             f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time; try again"
         )
