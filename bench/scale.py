@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from streamrepl.local import EphemeralClusters  # noqa: E402
@@ -288,11 +288,11 @@ def new_topic_delay(reg: object, sb: str, db: str, timeout: float) -> float:
         p.produce("sr.s0.fresh", b"x", partition=0)
         p.flush(10)
         while time.monotonic() - t0 < timeout:
-            try:
+            # Asked for by name first: a watermark query for a topic that did not exist yet never saw it appear.
+            md = c.list_topics(replica.topic, timeout=5).topics.get(replica.topic)
+            if md is not None and md.error is None and md.partitions:
                 if c.get_watermark_offsets(replica, timeout=5, cached=False)[1] > 0:
                     return time.monotonic() - t0
-            except KafkaException:
-                pass  # the replica topic is not there yet
             time.sleep(0.002)
     finally:
         c.close()
