@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from . import kafka
-from .errors import ConcurrentEdit
+from .errors import ConcurrentEdit, Unreachable
 from .model import Stream
 from .paths import METADATA_TOPIC
 from .registry import Cluster
@@ -35,6 +35,11 @@ Record = dict[str, Any]
 Edit = Callable[[Stream | None], Stream | None]
 
 MAX_ATTEMPTS = 8
+#: A write builds on the state read this long ago (seconds) without reading again. A command reads a stream, checks
+#: the change and writes it: the second read found nothing new and cost as much as the first (a new consumer, whose
+#: first request Tansu answers with every topic of the cluster). A state that was stale after all costs only the
+#: write: its version is no longer the next one, every reader ignores it, and the writer reads and tries again.
+FRESH_FOR_WRITE = 1.0
 
 
 def _fold(state: dict[str, Record], key: bytes | None, value: bytes | None, offset: int) -> str | None:
@@ -80,16 +85,23 @@ class _Log:
         self.next_offset = 0
         self.last_key: bytes | None = None  # the key of the record at next_offset - 1
         self.records_read = 0  # every record fetched, the check of the last one included (for tests)
-        #: asks which topics exist, and nothing else. Each read has a consumer of its own, as before: a consumer kept
-        #: for several reads crashed its whole process when the metadata topic was deleted (SIGSEGV, librdkafka 2.16
-        #: on Tansu; tests/test_metastore_log.py deletes it), and a new one costs a few milliseconds a read.
+        self.read_at = float("-inf")  # time.monotonic() of the last read of the log
+        #: asks which topics exist, and nothing else
         self.lookup: kafka.Consumer | None = None
+        #: creates the streams' Kafka topics (`MetaStore.create_topics`): a new client's first request costs in
+        #: proportion to the cluster's topics (Tansu answers the brokers-only Metadata request a client sends when it
+        #: connects with every topic: 135 kB, 6-8 ms at 1,000 topics). Each read still has a consumer of its own: a
+        #: consumer kept for several reads crashed its whole process when the metadata topic was deleted (SIGSEGV in
+        #: librdkafka 2.16's metadata cache, on Tansu; tests/test_metastore_log.py deletes it), so a write that
+        #: knows its record came right after what was read takes it as read instead (`_won`).
+        self.admin: kafka.AdminClient | None = None
         self.producer: kafka.Producer | None = None
         self.write_lock = threading.Lock()  # one write at a time: each waits for its own delivery report
 
     def forget(self) -> None:
         """Drop what was read: the log is gone or is another one now."""
         self.state, self.accepted, self.next_offset, self.last_key = {}, set(), 0, None
+        self.read_at = float("-inf")
 
     def read(self, cluster: Cluster, until: int | None = None) -> None:
         """Fold the records written since the last read (up to and including offset `until`, or the end).
@@ -104,6 +116,7 @@ class _Log:
             self.forget()
         if self.next_offset == 0:
             self._read_on(cluster, until)
+        self.read_at = time.monotonic()
 
     def partitions_of(self, cluster: Cluster, topic: str) -> int | None:
         """How many partitions a Kafka topic has (None: no such topic), asking about that topic alone with a kept
@@ -119,7 +132,10 @@ class _Log:
 
     def _read_on(self, cluster: Cluster, until: int | None) -> bool:
         """Read on from the record read last (from the start when none was): False when it is not there."""
-        consumer = kafka.consumer(cluster)  # readers already use a 10 ms fetch wait (the default 500 ms would cost)
+        # A 1 ms fetch wait: a read ends at the partition's end, which a fetch with nothing to return reports only
+        # after its wait (10 ms, the readers' default, was two thirds of a read on from the last record; 0 made
+        # Tansu never report the end of an empty log).
+        consumer = kafka.consumer(cluster, None, **{"fetch.wait.max.ms": 1})
         check = self.next_offset - 1 if self.next_offset > 0 else None
         # From offset 0, not OFFSET_BEGINNING: asking where the beginning is made an empty log take 0.5 s to read.
         start = kafka.TopicPartition(METADATA_TOPIC, 0, check if check is not None else 0)
@@ -153,11 +169,22 @@ class _Log:
         finally:
             consumer.close()
 
+    def fold_own(self, key: bytes, value: bytes, offset: int) -> bool:
+        """Take a record this process wrote at `offset` as read, when it came right after the last record read:
+        nothing else can lie between them, so reading it back would only fetch what is known. False: read."""
+        if self.next_offset == 0 or offset != self.next_offset:
+            return False  # another writer got in between (or nothing was read): the log must be read
+        path = _fold(self.state, key, value, offset)
+        if path is not None:
+            self.accepted.add(self.state[path]["_key"])
+        self.next_offset, self.last_key = offset + 1, key
+        return True
+
     def close(self) -> None:
         if self.lookup is not None:
             lookup, self.lookup = self.lookup, None
             lookup.close()
-        self.producer = None
+        self.producer = self.admin = None
 
 
 _logs: dict[tuple[int, tuple[tuple[str, str], ...]], _Log] = {}
@@ -212,6 +239,19 @@ class MetaStore:
         with self._log.lock:
             return self._log.partitions_of(self.cluster, kafka_topic)
 
+    def create_topics(self, specs: list[tuple[str, int, dict[str, str]]]) -> None:
+        """Create Kafka topics of this cluster (kafka.create_topics) with the admin client the store keeps."""
+        with self._log.lock:
+            if self._log.admin is None:
+                self._log.admin = kafka.admin_client(self.cluster)
+            admin = self._log.admin
+        try:
+            kafka.create_topics(self.cluster, specs, client=admin)
+        except Unreachable:
+            with self._log.lock:
+                self._log.admin = None  # a fresh one next time: this one's connection may be what failed
+            raise
+
     def _read(self, until: int | None = None) -> dict[str, Record]:
         """The log folded up to its end (or at least up to and including offset `until`)."""
         if not self._exists():
@@ -233,8 +273,8 @@ class MetaStore:
         if not self._exists():
             kafka.create_compacted_topic(self.cluster, METADATA_TOPIC)
 
-    def _append(self, path: str, rec: Record) -> tuple[int, str]:
-        """Write one record; return its offset and its key (which names this very write)."""
+    def _append(self, path: str, rec: Record) -> tuple[int, str, bytes]:
+        """Write one record; return its offset, its key (which names this very write) and its value."""
         offsets: list[int] = []
         errors: list[kafka.KafkaError] = []
 
@@ -246,6 +286,7 @@ class MetaStore:
 
         key = f"{path}@{rec['version']}@{uuid.uuid4().hex[:12]}"
         body = {k: v for k, v in rec.items() if not k.startswith("_")}
+        value = json.dumps(body, sort_keys=True).encode()
         with self._log.write_lock:
             if self._log.producer is None:
                 # Not idempotent: setting up an idempotent producer costs 0.5-1 s, on every command. A
@@ -263,7 +304,7 @@ class MetaStore:
             p.produce(
                 METADATA_TOPIC,
                 key=key.encode(),
-                value=json.dumps(body, sort_keys=True).encode(),
+                value=value,
                 partition=0,
                 on_delivery=delivered,
             )
@@ -271,12 +312,13 @@ class MetaStore:
             if errors or not offsets:
                 self._log.producer = None  # a fresh one next time: this one's connection may be what failed
                 raise kafka.unreachable(self.cluster, "writing stream metadata")
-        return offsets[-1], key
+        return offsets[-1], key, value
 
-    def _won(self, key: str, offset: int) -> bool:
+    def _won(self, key: str, value: bytes, offset: int) -> bool:
         """Whether the record written with `key` at `offset` was accepted by the fold (read up to it first)."""
         with self._log.lock:
-            self._log.read(self.cluster, until=offset)
+            if not self._log.fold_own(key.encode(), value, offset):
+                self._log.read(self.cluster, until=offset)
             return key in self._log.accepted
 
     def update(self, path: str, edit: Edit) -> Stream | None:
@@ -288,7 +330,11 @@ class MetaStore:
         """
         self._ensure_topic()
         for attempt in range(MAX_ATTEMPTS):
-            state = self._read()
+            with self._log.lock:
+                read_again = attempt > 0 or time.monotonic() - self._log.read_at > FRESH_FOR_WRITE
+                state = dict(self._log.state)
+            if read_again:
+                state = self._read()
             current = state.get(path)
             live = None if current is None or current.get("deleted") else current
             new = edit(None if live is None else _stream(live))
@@ -299,11 +345,12 @@ class MetaStore:
             rec["version"] = version
             rec["path"] = path
             rec["updated"] = int(time.time() * 1000)
-            offset, key = self._append(path, rec)
-            if self._won(key, offset):
+            offset, key, value = self._append(path, rec)
+            if self._won(key, value, offset):
                 # As read back: the JSON a reader folds, not the objects `edit` returned.
                 return None if new is None else _stream(json.loads(json.dumps(rec)))
-            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+            if read_again:  # lost to another writer, not to a state that was stale: let the others finish
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise ConcurrentEdit(
             f"stream {path} on cluster '{self.cluster.name}' is being changed by others at the same time; try again"
         )

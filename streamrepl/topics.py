@@ -97,7 +97,7 @@ def create(
             kafka.add_partitions(r.cluster, name, n)
         n = max(n, existing) if partitions is not None else existing
     else:
-        kafka.create_topics(r.cluster, [(name, n, kafka_configs(rec.settings, tstype))])
+        r.store.create_topics([(name, n, kafka_configs(rec.settings, tstype))])
 
     def add(current: Stream | None) -> Stream:
         if current is None:

@@ -82,6 +82,48 @@ def test_a_write_reads_only_the_records_written_since(cluster: tuple[EphemeralCl
     assert MetaStore(c).streams() == _from_scratch(c)
 
 
+def test_a_write_right_after_what_was_read_is_not_read_back(cluster: tuple[EphemeralClusters, Cluster]) -> None:
+    """Its record's offset says nothing lies between it and what was read: each write then fetches only the last
+    record read (is the log still the one read?), where it read its own record back with a new consumer too (a new
+    client's first request costs in proportion to the cluster's topics on Tansu)."""
+    _, c = cluster
+    path = f"/{uuid.uuid4().hex[:6]}/alone"
+    _create(MetaStore(c), path)
+    log = metastore._log_of(c)
+    log.read_at = float("-inf")  # each write reads first: what is measured here is the read back
+    before = log.records_read
+    for _ in range(10):
+        MetaStore(c).update(path, _bump)
+        log.read_at = float("-inf")
+    assert log.records_read - before == 10
+    assert MetaStore(c).get(path).extra["total"] == 10  # type: ignore[union-attr]
+    assert MetaStore(c).streams() == _from_scratch(c)
+
+
+def test_a_write_just_after_a_read_writes_on_what_was_read(
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command reads the stream, checks it and writes its change: the write reads nothing again (each read has a
+    new consumer, whose first request costs in proportion to the cluster's topics on Tansu). A state that was stale
+    after all only loses the write, which reads and tries again."""
+    _, c = cluster
+    monkeypatch.setattr(metastore, "FRESH_FOR_WRITE", 60.0)  # how fresh is fresh enough is not what is tested
+    path = f"/{uuid.uuid4().hex[:6]}/fresh"
+    _create(MetaStore(c), path)
+    log = metastore._log_of(c)
+    for _ in range(5):
+        MetaStore(c).get(path)
+        before = log.records_read
+        MetaStore(c).update(path, _bump)
+        assert log.records_read == before
+    # Stale: another process wrote since this one read; the write loses, reads, and wins on its second try.
+    MetaStore(c).get(path)
+    MetaStore(_other_process(c)).update(path, _bump)
+    MetaStore(c).update(path, _bump)
+    assert MetaStore(c).get(path).extra["total"] == 7  # type: ignore[union-attr]
+    assert MetaStore(c).streams() == _from_scratch(c)
+
+
 @pytest.mark.parametrize("after", [1, 8], ids=["shorter", "longer"])
 def test_a_recreated_log_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster], after: int) -> None:
     _, c = cluster

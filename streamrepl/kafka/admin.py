@@ -70,11 +70,16 @@ def _result(fut: Any, name: Any, cluster: Cluster, what: str) -> None:
         raise unreachable(cluster, what) from None
 
 
-def create_topics(cluster: Cluster, specs: Iterable[tuple[str, int, dict[str, str]]]) -> None:
-    """Create each (name, partitions, configs) with the broker's default replication factor."""
+def create_topics(
+    cluster: Cluster, specs: Iterable[tuple[str, int, dict[str, str]]], client: AdminClient | None = None
+) -> None:
+    """Create each (name, partitions, configs) with the broker's default replication factor; with `client`, a kept
+    one (a new client's first request costs: Tansu answers it with every topic of the cluster)."""
     new = [NewTopic(name, num_partitions=n, replication_factor=-1, config=conf) for name, n, conf in specs]
     if new:
-        client = admin_client(cluster)  # must outlive the futures, or librdkafka cancels them
+        client = (
+            admin_client(cluster) if client is None else client
+        )  # must outlive the futures, or librdkafka cancels them
         _wait(client.create_topics(new, request_timeout=REQUEST_TIMEOUT), cluster, "creating topic")
 
 

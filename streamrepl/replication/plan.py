@@ -115,7 +115,7 @@ class Planner:
         """Create the replica topics the plan needs and are missing, all of a replica stream in one request, and
         record them in its metadata in one write (one request and one write per topic made 1,000 topics take
         minutes, with two gateways racing for the same ones). Returns the destination's Kafka topics now."""
-        present = self._list_topics(self.cluster)
+        present = set(self._list_topics(self.cluster))
         missing: dict[StreamPath, list[tuple[str, int]]] = {}
         for (dst, topic), n in plan.topics.items():
             if kafka_topic_name(dst, topic) not in present:
@@ -139,5 +139,6 @@ class Planner:
                 topics.register_many(r, wanted)
             for t, n in wanted:
                 log.info("created topic %s:%s (%d partitions)", dst, t, n)
-        # Listed again only when topics were made: as the broker sees them now, as before.
-        return self.present() if missing else set(present)
+            present |= {kafka_topic_name(dst, t) for t, _ in wanted}
+        # Not listed again: each listing took 60-70 ms at 200 topics on Tansu, between a new topic and its first record
+        return present
