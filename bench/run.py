@@ -513,45 +513,33 @@ def relay_round(
     size = len(value)
     rec_bytes = size + 13
     out: dict[str, dict] = {}
+
+    def result(dt: float | str, topic: str, used: dict | None = None) -> dict:
+        """A relay's row: what it moved into `topic` in dt seconds, or why it could not run (dt a string)."""
+        if isinstance(dt, str):
+            return {"error": dt}
+        return {
+            **(used or {}),
+            "records_s": round(n / dt),
+            "MB_s": round(n * rec_bytes / dt / 1e6, 1),
+            "delivered": count(dst_cluster, topic),
+        }
+
     log(f"{size} B, round {rnd + 1}: hand-written consume-then-produce loop")
     create_topic(db, f"bench.hw{tag}")
     cpu.start()
-    dt = hand_written(sb, db, f"bench.src{size}", f"bench.hw{tag}", n)
-    used = cpu.stop(n)
-    out["hand_written"] = {
-        **used,
-        "records_s": round(n / dt),
-        "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-        "delivered": count(dst_cluster, f"bench.hw{tag}"),
-    }
+    dt: float | str = hand_written(sb, db, f"bench.src{size}", f"bench.hw{tag}", n)
+    out["hand_written"] = result(dt, f"bench.hw{tag}", cpu.stop(n))
     log(f"{size} B, round {rnd + 1}: C relay")
     create_topic(db, f"bench.c{tag}")
     cpu.start()
     dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{tag}", n)
-    used = cpu.stop(n)
-    out["c_relay"] = (
-        {"error": dt}
-        if isinstance(dt, str)
-        else {
-            **used,
-            "records_s": round(n / dt),
-            "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-            "delivered": count(dst_cluster, f"bench.c{tag}"),
-        }
-    )
+    out["c_relay"] = result(dt, f"bench.c{tag}", cpu.stop(n))
     if rnd == 0:
         log(f"{size} B: kcat | kcat")
         create_topic(db, f"bench.kcat{tag}")
         dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{tag}", n)
-        out["kcat"] = (
-            {"error": dt}
-            if isinstance(dt, str)
-            else {
-                "records_s": round(n / dt),
-                "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-                "delivered": count(dst_cluster, f"bench.kcat{tag}"),
-            }
-        )
+        out["kcat"] = result(dt, f"bench.kcat{tag}")
     gateway_counts = [int(x) for x in a.gateways.split(",") if x]
     worker_counts = [int(x) for x in a.workers.split(",") if x]
     suffix = "" if rnd == 0 else f"r{rnd}"
