@@ -1,5 +1,5 @@
 """`gateway start -workers 2` end to end: one command, two gateway processes sharing the slots; a worker killed
-with -9 is started again under its id and the replica still equals the source record by record. The session's
+with -9 is started again under its id and the replica still equals the source record by record. The
 brokers are the module's own: on the shared clusters the workers' first join hung past a minute in a CI run
 (2026-11-24), behind members earlier tests left in the slot group (test_gateway_watch's in-process gateway leaves
 with a LeaveGroup, which Tansu mishandles during a rebalance: see Gateway.shutdown). One stream of 4
