@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -91,6 +93,31 @@ def run_until(w: PlanWatcher, done: threading.Event, timeout: float = 10.0) -> b
         return done.wait(timeout)  # a hang guard, not a time limit: the read comes within a few change polls
     finally:
         w.stop()
+
+
+@contextlib.contextmanager
+def watching(planner: FakePlanner, ends: Ends) -> Iterator[PlanWatcher]:
+    """A plan watcher running over the fakes, stopped at the end."""
+    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
+    w.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+def set_periods(monkeypatch: pytest.MonkeyPatch, passes: float, listings: float) -> None:
+    """The watcher's pass and listing periods; no full read during a test."""
+    monkeypatch.setattr(watcher, "REFRESH_SECONDS", passes)
+    monkeypatch.setattr(watcher, "LISTING_SECONDS", listings)
+    monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
+
+
+def wait_for(done: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Until done() (the timeout is a hang guard: the caller asserts)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_a_record_written_in_a_cluster_while_the_first_pass_runs_is_read(slow_backstops: None) -> None:
@@ -187,44 +214,26 @@ def test_a_change_that_needs_a_topic_not_listed_lists_and_makes_it(slow_backstop
 
 
 def test_the_periodic_pass_lists_and_adopts_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watcher, "REFRESH_SECONDS", 0.2)
-    monkeypatch.setattr(watcher, "LISTING_SECONDS", 0.2)
-    monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
+    set_periods(monkeypatch, passes=0.2, listings=0.2)
     ends = Ends()
     planner = FakePlanner()
-    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
-    w.start()
-    try:
-        deadline = time.monotonic() + 10
-        while (planner.listings < 3 or planner.adoptions < 3) and time.monotonic() < deadline:
-            time.sleep(0.01)
+    with watching(planner, ends):
+        wait_for(lambda: planner.listings >= 3 and planner.adoptions >= 3)
         assert planner.listings >= 3 and planner.adoptions >= 3
-    finally:
-        w.stop()
 
 
 def test_a_pass_that_finds_nothing_new_lists_no_topics(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 800 idle partitions the two topic listings every REFRESH_SECONDS were about a quarter of an idle gateway's
     Python samples with the end watch off: topics are listed every LISTING_SECONDS (a net for topics plain Kafka
     clients make: streamrepl's own are seen in the metadata log), and a change is read without a listing."""
-    monkeypatch.setattr(watcher, "REFRESH_SECONDS", 0.05)
-    monkeypatch.setattr(watcher, "LISTING_SECONDS", 600.0)
-    monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
+    set_periods(monkeypatch, passes=0.05, listings=600.0)
     ends = Ends()
     planner = FakePlanner()
-    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
-    w.start()
-    try:
-        deadline = time.monotonic() + 30  # a hang guard
-        while ends.asked < 40 and time.monotonic() < deadline:
-            time.sleep(0.01)
+    with watching(planner, ends):
+        wait_for(lambda: ends.asked >= 40)
         assert ends.asked >= 40  # several passes went by
         reads = planner.reads
         assert (planner.listings, planner.adoptions) == (1, 1)
         ends.ends["sf"] += 1  # a stream record: read at once, without listing
-        deadline = time.monotonic() + 30
-        while planner.reads == reads and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: planner.reads != reads)
         assert (planner.reads, planner.listings) == (reads + 1, 1)
-    finally:
-        w.stop()
