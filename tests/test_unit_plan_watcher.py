@@ -136,54 +136,37 @@ def test_a_record_written_in_a_cluster_while_the_first_pass_runs_is_read(slow_ba
 def test_a_record_written_after_a_pass_is_read(slow_backstops: None) -> None:
     ends = Ends()
     planner = FakePlanner()
-    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
-    w.start()
-    try:
-        deadline = time.monotonic() + 10
-        while w.published is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+    with watching(planner, ends) as w:
+        wait_for(lambda: w.published is not None, 10)
         assert w.published is not None
         asked = ends.asked
-        while ends.asked < asked + 4 and time.monotonic() < deadline:  # the watcher polls the ends again
-            time.sleep(0.01)
+        wait_for(lambda: ends.asked >= asked + 4, 10)  # the watcher polls the ends again
         ends.ends["sf"] += 1
         assert planner.read_again.wait(10), "the change was never read"
-    finally:
-        w.stop()
 
 
 def test_nothing_changed_means_no_read_and_no_listing(slow_backstops: None) -> None:
     ends = Ends()
     planner = FakePlanner()
-    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
-    w.start()
-    try:
-        deadline = time.monotonic() + 10
-        while ends.asked < 20 and time.monotonic() < deadline:  # several change polls with the ends unmoved
-            time.sleep(0.01)
+    with watching(planner, ends):
+        wait_for(lambda: ends.asked >= 20, 10)  # several change polls with the ends unmoved
         # A pass made while the clusters were learned may read once more; after that nothing moves, nothing is read.
         reads, listings = planner.reads, planner.listings
         asked = ends.asked
-        while ends.asked < asked + 10 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: ends.asked >= asked + 10, 10)
         assert (planner.reads, planner.listings) == (reads, listings)
-    finally:
-        w.stop()
 
 
-def changed_and_read(w: PlanWatcher, ends: Ends, planner: FakePlanner) -> None:
-    """Start the watcher, let it settle, write a record into a cluster and wait until it was read."""
-    w.start()
-    deadline = time.monotonic() + 10
-    while (w.published is None or ends.asked < 8) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    reads = planner.reads
-    ends.ends["sf"] += 1
-    while planner.reads == reads and time.monotonic() < deadline:
-        time.sleep(0.01)
-    while w.published is not None and planner.reads > reads and ends.asked < 30 and time.monotonic() < deadline:
-        time.sleep(0.01)  # the pass after the read is over once the ends are asked for again
-    assert planner.reads > reads, "the change was never read"
+def changed_and_read(ends: Ends, planner: FakePlanner) -> None:
+    """Run the watcher, let it settle, write a record into a cluster and wait until it was read."""
+    with watching(planner, ends) as w:
+        wait_for(lambda: w.published is not None and ends.asked >= 8, 10)
+        reads = planner.reads
+        ends.ends["sf"] += 1
+        wait_for(lambda: planner.reads != reads, 10)
+        # the pass after the read is over once the ends are asked for again
+        wait_for(lambda: w.published is None or planner.reads <= reads or ends.asked >= 30, 10)
+        assert planner.reads > reads, "the change was never read"
 
 
 def test_a_change_whose_topics_were_listed_lately_is_published_without_listing_them_again(
@@ -194,23 +177,15 @@ def test_a_change_whose_topics_were_listed_lately_is_published_without_listing_t
     # that listing is REFRESH_SECONDS old; strays made by plain Kafka clients are adopted at the periodic passes.
     ends = Ends()
     planner = FakePlanner()
-    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
-    try:
-        changed_and_read(w, ends, planner)
-        assert (planner.listings, planner.adoptions) == (1, 1)
-    finally:
-        w.stop()
+    changed_and_read(ends, planner)
+    assert (planner.listings, planner.adoptions) == (1, 1)
 
 
 def test_a_change_that_needs_a_topic_not_listed_lists_and_makes_it(slow_backstops: None) -> None:
     ends = Ends()
     planner = FakePlanner(covered=False)
-    w = PlanWatcher(planner, ends.consumer)  # type: ignore[arg-type]
-    try:
-        changed_and_read(w, ends, planner)
-        assert planner.listings >= 2
-    finally:
-        w.stop()
+    changed_and_read(ends, planner)
+    assert planner.listings >= 2
 
 
 def test_the_periodic_pass_lists_and_adopts_again(monkeypatch: pytest.MonkeyPatch) -> None:
