@@ -54,13 +54,14 @@ def allowed(cluster: Cluster) -> list[str]:
     return list(record.get("gateways", [])) if record else []
 
 
-def permits(gateways: list[str], gateway_id: str, host: str) -> bool:
-    return not gateways or gateway_id in gateways or host in gateways
+def permits(gateways: list[str], gateway_id: str, host: str, parent: str | None = None) -> bool:
+    """`parent`: the id of the `gateway start -workers` supervisor whose worker this gateway is (it allows it too)."""
+    return not gateways or gateway_id in gateways or host in gateways or (parent is not None and parent in gateways)
 
 
-def refusal(cluster_name: str, gateways: list[str], gateway_id: str, host: str) -> str:
-    """Why gateway `gateway_id` on `host` may not serve the cluster; "" when it may."""
-    if permits(gateways, gateway_id, host):
+def refusal(cluster_name: str, gateways: list[str], gateway_id: str, host: str, parent: str | None = None) -> str:
+    """Why gateway `gateway_id` on `host` (a worker of `parent`) may not serve the cluster; "" when it may."""
+    if permits(gateways, gateway_id, host, parent):
         return ""
     return (
         f"gateway {gateway_id} (host {host}) is not on the gateway list of cluster {cluster_name}"

@@ -201,8 +201,7 @@ def resolve_cmd(dstcluster: str | None) -> None:
     rows = [
         {k: r[k] for k in ("cluster", "gateway", "host", "lastseen")}
         for r in live_gateways(cluster)
-        if gateway_lists.permits(allowed, str(r["gateway"]), str(r["host"]))
-        or ("parent" in r and gateway_lists.permits(allowed, str(r["parent"]), str(r["host"])))
+        if gateway_lists.permits(allowed, str(r["gateway"]), str(r["host"]), r.get("parent"))
     ]
     output(rows, ["cluster", "gateway", "host", "lastseen"])
 

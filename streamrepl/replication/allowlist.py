@@ -59,9 +59,7 @@ class AllowList:
         return self.refusal
 
     def _judge(self, gateways: list[str]) -> str:
-        if self.parent_id and gateway_lists.permits(gateways, self.parent_id, self.host):
-            return ""
-        return gateway_lists.refusal(self.cluster.name, gateways, self.gateway_id, self.host)
+        return gateway_lists.refusal(self.cluster.name, gateways, self.gateway_id, self.host, self.parent_id)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._follow, name="gateway-list", daemon=True)
