@@ -77,9 +77,8 @@ def create_topics(
     one (a new client's first request costs: Tansu answers it with every topic of the cluster)."""
     new = [NewTopic(name, num_partitions=n, replication_factor=-1, config=conf) for name, n, conf in specs]
     if new:
-        client = (
-            admin_client(cluster) if client is None else client
-        )  # must outlive the futures, or librdkafka cancels them
+        if client is None:
+            client = admin_client(cluster)  # must outlive the futures, or librdkafka cancels them
         _wait(client.create_topics(new, request_timeout=REQUEST_TIMEOUT), cluster, "creating topic")
 
 
