@@ -18,6 +18,7 @@ only bootstrap.servers (checked with the Spark jobs run in this process).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -152,7 +153,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         ):
             r = cli(e, *args)
             assert r.code == 0, r
-        r = run_proc(e, ["produce", "-path", f"{STREAM}:clicks"], stdin="".join(f"click-{i}\n" for i in range(20)))
+        # Ten records in each partition, named: keyless records may all stick to one partition, and the
+        # Spark source test counts one slice per partition with records.
+        records = "".join(json.dumps({"value": f"click-{i}", "partition": i % 2}) + "\n" for i in range(20))
+        r = run_proc(e, ["produce", "-path", f"{STREAM}:clicks", "-format", "json"], stdin=records)
         assert r.code == 0, r
         yield e
 
