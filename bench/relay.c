@@ -10,7 +10,8 @@
  *
  * usage: relay SRC_BOOTSTRAP DST_BOOTSTRAP SRC_TOPIC DST_TOPIC PARTITIONS RECORDS ORIGIN [c.NAME=VALUE|p.NAME=VALUE]...
  * (the optional c./p. properties override the consumer's and the producer's settings: for trying the yardstick's
- * own tuning)
+ * own tuning). With RELAY_STATS=PREFIX in the environment both clients write librdkafka's statistics every 500 ms
+ * (and a last time after the flush) to PREFIX-consumer.jsonl / PREFIX-producer.jsonl (bench/request_mix.py).
  */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -22,6 +23,20 @@
 #define ORIGIN_HEADER "streamrepl.origin"
 
 static long delivery_errors = 0;
+static const char *stats_prefix = NULL;
+
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
+    (void)opaque;
+    char path[1024];
+    snprintf(path, sizeof path, "%s-%s.jsonl", stats_prefix, rd_kafka_type(rk) == RD_KAFKA_PRODUCER ? "producer" : "consumer");
+    FILE *f = fopen(path, "a");
+    if (f) {
+        fwrite(json, 1, len, f);
+        fputc('\n', f);
+        fclose(f);
+    }
+    return 0;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -51,6 +66,13 @@ static void set_overrides(rd_kafka_conf_t *conf, char which, int argc, char **ar
     }
 }
 
+static void with_stats(rd_kafka_conf_t *conf) {
+    if (!stats_prefix)
+        return;
+    set(conf, "statistics.interval.ms", "500");
+    rd_kafka_conf_set_stats_cb(conf, on_stats);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     (void)rk;
     (void)opaque;
@@ -73,7 +95,9 @@ int main(int argc, char **argv) {
     size_t origin_len = strlen(origin);
     char err[512];
 
+    stats_prefix = getenv("RELAY_STATS");
     rd_kafka_conf_t *cc = rd_kafka_conf_new();
+    with_stats(cc);
     set(cc, "bootstrap.servers", argv[1]);
     set(cc, "group.id", "bench-c-relay");
     set(cc, "enable.auto.commit", "false");
@@ -92,6 +116,7 @@ int main(int argc, char **argv) {
         die("consumer", err);
 
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
+    with_stats(pc);
     set(pc, "bootstrap.servers", argv[2]);
     set(pc, "linger.ms", "5");
     set(pc, "queue.buffering.max.messages", "1000000");
@@ -147,10 +172,16 @@ int main(int argc, char **argv) {
             rd_kafka_message_destroy(m);
         }
         rd_kafka_poll(producer, 0);
+        if (stats_prefix)  // a consumer's statistics are served by its main queue, not by the batch consume
+            rd_kafka_poll(consumer, 0);
     }
     if (rd_kafka_flush(producer, 120000))
         die("flush", "records not acknowledged within 120 s");
     double seconds = now() - t0;
+    for (int i = 0; stats_prefix && i < 6; i++) {  // one more snapshot of both, after the last record
+        rd_kafka_poll(producer, 100);
+        rd_kafka_poll(consumer, 0);
+    }
     rd_kafka_queue_destroy(queue);
     rd_kafka_consumer_close(consumer);
     rd_kafka_destroy(consumer);

@@ -456,8 +456,11 @@ def gateway_throughput(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-        cpu.start(pids)
         cli("stream", "replica", "resume", "-path", src, "-replica", dst)
+        # CPU is counted from here, like the rate: the command's own reads before its write (the links' state, as
+        # `replica list` shows it) cost the source broker 0.17-0.34 s of CPU, more with every stream the run has
+        # made, which the brokers' column charged to the gateway's records (0.4-0.9 us a record at 400,000).
+        cpu.start(pids)
         t0 = time.perf_counter()
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
         got, first = 0, None
@@ -478,6 +481,12 @@ def gateway_throughput(
             log(f"profile of {names[0]}: {logdir / f'{name}.pyspy.txt'}")
     finally:
         stop_gateways(gws)
+        # The next row's gateway must not serve this link: a gateway fetches every partition it acquires, with a
+        # 10 ms wait, until it has been quiet for 5 s, and compares each partition's last batch with the source.
+        # With the earlier rows' links left in place, the second and later rows paid that for 3-5 idle links
+        # during their run (450-800 more fetches on the source, 5-7 MB read on each side; the brokers' column up
+        # by 1-2 us a record at 1 KiB), which the C relay and the loop never do.
+        cli("stream", "replica", "remove", "-path", src, "-replica", dst, check=False)
     dt = end - t0
     steady = (got - first[1]) / (end - first[0]) if first and end > first[0] and got > first[1] else None
     return {
