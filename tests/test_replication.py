@@ -6,7 +6,7 @@ import time
 import uuid
 
 import pytest
-from support.streams import Gateways, assert_identical, caught_up, cli_json, produce, wait_until
+from support.streams import Gateways, assert_identical, caught_up, cli, cli_data, cli_json, produce, wait_until
 from support.streams import cli_proc as run_cli
 
 from streamrepl.local import EphemeralClusters
@@ -95,3 +95,36 @@ def test_manual_procedure_preserves_every_record(ec, tmp_path):
         for r in cli_json("stream", "topic", "list", "-path", dst, registry=ec.registry_path)
     }
     assert topics == {"clicks": 3, "views": 3, "buys": 3}
+
+
+def test_a_gateway_taking_up_many_partitions_at_once_applies_their_backlogs_and_their_new_records(ec, tmp_path):
+    """A gateway that takes up 16 or more partitions at once starts their feeds quiet (replication/following.py):
+    those whose source holds records wake at the end watch's first answer, the others when records come."""
+    name = f"many{uuid.uuid4().hex[:6]}"
+    src, dst = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    topics = {f"t{i}": 4 for i in range(5)}  # 20 partitions
+    reg = ec.registry_path
+    cli("stream", "create", "-path", src, "-defaultpartitions", "4", registry=reg)
+    for t in topics:
+        cli("stream", "topic", "create", "-path", src, "-topic", t, registry=reg)
+    cli("stream", "create", "-path", dst, "-copymetafrom", src, registry=reg)
+    cli("stream", "replica", "add", "-path", src, "-replica", dst, registry=reg)
+    cli("stream", "upstream", "add", "-path", dst, "-upstream", src, registry=reg)
+    sp = StreamPath("sanfrancisco", "/" + name)
+    produce(bs(ec, "sanfrancisco"), sp, "t0", 400, 4)
+    produce(bs(ec, "sanfrancisco"), sp, "t1", 40, 4, batch=False)
+
+    def up_to_date() -> bool:
+        rows = cli_data("stream", "replica", "list", "-path", src, registry=reg)
+        return bool(rows) and all(r["isUptodate"] for r in rows)
+
+    with Gateways(reg, "newyork", tmp_path) as gws:
+        gws.start()
+        wait_until(up_to_date, 60, "the backlogs to be applied")
+        produce(bs(ec, "sanfrancisco"), sp, "t2", 100, 4)  # partitions that were empty when taken up
+        produce(bs(ec, "sanfrancisco"), sp, "t0", 100, 4, start=400)
+        wait_until(up_to_date, 60, "the new records to be applied")
+    n = assert_identical(
+        bs(ec, "sanfrancisco"), sp, uuid_of(ec, src), bs(ec, "newyork"), StreamPath("newyork", "/" + name), topics
+    )
+    assert n == 640

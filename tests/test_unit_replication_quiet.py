@@ -182,3 +182,75 @@ def test_the_end_check_period_is_the_brokers_unless_the_environment_sets_it(monk
     monkeypatch.setenv("STREAMREPL_QUIET_END_CHECK_MS", "250")
     quiet.end_watch(cluster)
     assert made == [kafka.quiet_end_check_ms(cluster) / 1000, 0.25]
+
+
+# -- partitions taken up many at once start quiet ---------------------------------------------------------
+def bulk_rig(monkeypatch: pytest.MonkeyPatch) -> Rig:
+    """A rig whose one partition was taken up as if among many (following.START_QUIET_AT lowered to 1)."""
+    from streamrepl.replication import following
+
+    monkeypatch.setattr(following, "START_QUIET_AT", 1)
+    return Rig(link())
+
+
+def test_partitions_taken_up_many_at_once_start_quiet_and_wake_when_their_source_is_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gateway taking up thousands of partitions put every one into its link's consumer, which fetched them all
+    until they went quiet 5 s later: on noida-db, which answers an empty fetch at once, 100 consumers did so 125 s
+    long at 4,000 partitions (a load of 62 on 2 cores, the source broker at 84 %). Taken up together, feeds start
+    quiet instead: nothing fetches them, and the watch's first answer wakes those whose source is ahead."""
+    rig = bulk_rig(monkeypatch)
+    lk = link()
+    assert rig.source.assigned == [] and rig.quiet.holds(lk.name, TopicPartition(KT, 0)), "not fetched"
+    assert rig.partitions.all_quiet()
+    assert ("topics", [(KT, -1)]) in rig.source.asked, "its consumer was told of the topic, for the wake"
+    rig.look()
+    assert rig.source.assigned == [], "its source ends where the replica does: it stays quiet"
+    rig.ends.ends[(KT, 0)] = 2
+    rig.look()
+    assert rig.source.assigned == [(KT, 0, 0)], "woken, to read from the replica's end"
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    assert [r["key"] for r in rig.replica()] == [b"k0", b"k1"]
+
+
+def test_a_feed_started_quiet_wakes_at_once_when_its_source_is_ahead() -> None:
+    """The first answer for a feed that started quiet wakes it unless its end is exactly the replica's end."""
+    client = FakeEnds()
+    feeds = quiet.QuietFeeds(lambda cluster: EndWatch(lambda on_lost: client, 0.1, start=False))
+    cluster = link().src_cluster
+    feeds.hold("l", cluster, TopicPartition("a", 0), 0)
+    feeds.news()  # tells the watch
+    client.ends[("a", 0)] = 4
+    feeds.watches[cluster.name].round()
+    assert feeds.news()[0] == [("l", "a", 0, 4)]
+
+
+def test_a_feed_started_quiet_whose_source_ends_below_the_replica_wakes_to_have_it_checked() -> None:
+    """A source that ends below the replica's end: the replica's last records must be its own or the source's, which
+    the writer checks when the feed reads the source's last record again (watermarks.recheck_lagging_feeds, from the
+    link's consumer). Left quiet, the feed would wake only once the source passed the replica, never checked (the
+    same topic written in two streams would go unnoticed)."""
+    client = FakeEnds()
+    feeds = quiet.QuietFeeds(lambda cluster: EndWatch(lambda on_lost: client, 0.1, start=False))
+    cluster = link().src_cluster
+    feeds.hold("l", cluster, TopicPartition("a", 0), 5)
+    feeds.hold("l", cluster, TopicPartition("a", 1), 5)
+    feeds.news()
+    client.ends[("a", 0)] = 3
+    client.ends[("a", 1)] = 5
+    feeds.watches[cluster.name].round()
+    assert feeds.news()[0] == [("l", "a", 0, 3)], "behind the replica: woken; level with it: quiet"
+    client.ends[("a", 1)] = 4
+    feeds.watches[cluster.name].round()
+    assert feeds.news()[0] == [], "after its first answer a quiet feed wakes only when its end passes the replica's"
+    client.ends[("a", 1)] = 6
+    feeds.watches[cluster.name].round()
+    assert feeds.news()[0] == [("l", "a", 1, 6)]
+
+
+def test_a_few_partitions_taken_up_are_fetched_at_once() -> None:
+    """A resume or a new topic takes up a few partitions: they go to the consumer at once (no wait for a round)."""
+    rig = Rig(link())
+    assert rig.source.assigned == [(KT, 0, 0)] and not rig.quiet.held

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kafka
-from ..applier import OffsetPreservingWriter, ReplicaConflict, origin_of_tail, replica_tail
+from ..applier import OffsetPreservingWriter, origin_of_tail, replica_tail
 from ..divergence import Divergence, Tail, check, compare, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
-from . import watermarks
+from . import following
 from .links import Link, Plan, Unit
 from .quiet import QuietFeeds, reports_lost_connection
 from .stats import GatewayStats
@@ -74,6 +74,11 @@ class NewTopics:
     def assign(self, consumer: Consumer, link_name: str, tp: TopicPartition) -> None:
         """`consumer.incremental_assign([tp])`; its topic, when new to it, is asked for at the next `introduce`."""
         consumer.incremental_assign([tp])
+        self.expect(link_name, tp)
+
+    def expect(self, link_name: str, tp: TopicPartition) -> None:
+        """The link's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
+        it, is asked for at the next `introduce`, so that the wake does not wait for librdkafka's scan."""
         if tp.topic not in self.told.get(link_name, ()):
             self.pending.setdefault(link_name, set()).add(tp.topic)
 
@@ -164,6 +169,8 @@ class Partitions:
         #: source clusters whose consumer lost its connection since the loop last looked (see source_lost)
         self._lost_sources: set[str] = set()
         self.new_topics = NewTopics()
+        #: whether the feeds started now start quiet (many partitions taken up at once: following.START_QUIET_AT)
+        self.start_quiet = False
 
     def all_quiet(self) -> bool:
         """Whether no source partition is fetched now: every feed is quiet (quiet.py) and none waits for its source."""
@@ -263,7 +270,13 @@ class Partitions:
 
     def _add_feed(self, state: UnitState, link: Link, src_kt: str) -> None:
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
-        self.new_topics.assign(self._source_consumer(link), link.name, tp)
+        consumer = self._source_consumer(link)  # also for a feed that starts quiet: it is woken into it
+        alone = not state.feeds and not state.unverified
+        if self.start_quiet and self.quiet is not None and alone and not link.throttle and state.writer.idle():
+            self.new_topics.expect(link.name, tp)
+            self.quiet.hold(link.name, link.src_cluster, tp, state.writer.next)
+        else:
+            self.new_topics.assign(consumer, link.name, tp)
         state.feeds[link.name] = (link, tp)
         self.by_source[(link.name, src_kt, tp.partition)] = state.unit
         self.feed_count[link.name] = self.feed_count.get(link.name, 0) + 1
@@ -358,64 +371,8 @@ class Partitions:
     def follow(
         self, plan: Plan, present: set[str], wanted: dict[Unit, list[tuple[Link, str]]], ready: bool, producer: Producer
     ) -> None:
-        """Own exactly the `wanted` units of the plan whose replica topic is `present`: drop the others (their
-        queued records delivered first), acquire the new ones when `ready`, follow the feeds of the others."""
-        for unit in [u for u in self.units if u not in wanted]:
-            try:
-                producer.flush(30)
-            except KafkaException as e:
-                # A producer in a fatal state: its records' delivery reports restart the writes (Mover.check_writes).
-                log.warning("%s: the writes queued before letting it go failed: %s", unit.key, e)
-            self.drop(unit)
-        # A failed unit that left the plan (a link paused, as resync does) is checked again when it comes back.
-        for unit in [u for u in self.errored if u not in wanted]:
-            del self.errored[unit]
-        for unit, feeds in wanted.items():
-            if unit in self.errored:
-                continue
-            if kafka_topic_name(unit.dst, unit.topic) not in present:
-                continue
-            state = self.units.get(unit)
-            if state is None:
-                if not ready:
-                    continue
-                try:
-                    self.acquire(unit, feeds, producer)
-                except ReplicaConflict as e:
-                    self.fail(unit, str(e))
-                except Exception as e:  # noqa: BLE001 - retried with the next plan
-                    log.warning("cannot start %s yet: %s", unit.key, e)
-                continue
-            names = {link.name for link, _ in feeds}
-            for name in [n for n in state.feeds if n not in names]:
-                self._remove_feed(state, name)
-            for name in [n for n in state.unverified if n not in names]:
-                del state.unverified[name]
-            for link, src_kt in feeds:
-                if link.name not in state.feeds:
-                    # A link added to a running partition: its source is compared with the replica first.
-                    state.unverified[link.name] = (link, src_kt)
-                elif state.feeds[link.name][0] != link:
-                    # The link's settings changed (`replica edit -throttle ...`): follow them.
-                    state.feeds[link.name] = (link, state.feeds[link.name][1])
-            if state.unverified:
-                self.verify_feeds(state)
-        watermarks.recheck_lagging_feeds(self)
-        live = {link.name for link in plan.links}
-        for name in [n for n in self.sources if n not in live]:
-            self.sources.pop(name).close()
-        self.new_topics.introduce(self.sources)
-        live_clusters = {link.src_cluster.name for link in plan.links}
-        for name in [n for n in self.probes if n not in live_clusters]:
-            self.probes.pop(name).close()
-        if self.quiet is not None:
-            self.quiet.close_unused(live, live_clusters)
-        # One pass over the units (each plan, every 2 s): a pass per link was 100,000 steps at 50 links and 2,000 units
-        self.links_by_source = {}
-        for state in self.units.values():
-            for name, (link, _) in state.feeds.items():
-                if name in self.sources and name not in self.links_by_source:
-                    self.links_by_source[name] = link
+        """Own exactly the `wanted` units of the plan whose replica topic is `present` (following.follow)."""
+        following.follow(self, plan, present, wanted, ready, producer)
 
     def close(self) -> None:
         """Close the source consumers and the reader."""

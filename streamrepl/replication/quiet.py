@@ -201,6 +201,8 @@ class QuietFeeds:
         self._readers: dict[tuple[str, str, int], set[str]] = {}
         #: (link, topic, partition) -> the end a wake was for (see the module doc: a wake that found nothing)
         self._woken_for: dict[tuple[str, str, int], int] = {}
+        #: feeds started quiet whose end no answer has told yet (see hold)
+        self._unseen: set[tuple[str, str, int]] = set()
         #: source clusters whose watched partitions changed since the watch was told
         self._dirty: set[str] = set()
         self._new_watch = new_watch
@@ -213,6 +215,17 @@ class QuietFeeds:
         """Stop fetching a feed (its link's consumer lets it go); it wakes when its end passes `offset` (the writer's
         next offset), or the end its last wake was for."""
         busy.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+        self._hold(name, cluster, tp, offset)
+
+    def hold(self, name: str, cluster: Cluster, tp: TopicPartition, offset: int) -> None:
+        """Start a feed quiet, never fetched yet (`offset`: the replica's end). Its source was not seen: the first
+        answer wakes it unless its end is exactly `offset`. A source ahead has records to apply; a source behind
+        must have its last records read again by the link's consumer, so that the writer checks whose the
+        replica's last records are (watermarks.recheck_lagging_feeds)."""
+        self._hold(name, cluster, tp, offset)
+        self._unseen.add((name, tp.topic, tp.partition))
+
+    def _hold(self, name: str, cluster: Cluster, tp: TopicPartition, offset: int) -> None:
         if cluster.name not in self.watches:
             w = self.watches[cluster.name] = self._new_watch(cluster)
             w.on_news = self._news_ready.set
@@ -241,8 +254,11 @@ class QuietFeeds:
                 lost.add(cluster)
             for (topic, partition), end in ends.items():
                 for name in self._readers.get((cluster, topic, partition), ()):
-                    if end > self.held[(name, topic, partition)][1]:
+                    key = (name, topic, partition)
+                    mark = self.held[key][1]
+                    if end > mark or (key in self._unseen and end != mark):
                         moved.append((name, topic, partition, end))
+                    self._unseen.discard(key)
         return moved, lost
 
     def wait_for_news(self, timeout: float) -> None:
@@ -265,6 +281,7 @@ class QuietFeeds:
         """The feed is no longer watched (it wakes, or its partition is let go), nor the end of its last wake kept."""
         key = (name, tp.topic, tp.partition)
         self._woken_for.pop(key, None)
+        self._unseen.discard(key)
         held = self.held.pop(key, None)
         if held is None:
             return
@@ -293,6 +310,7 @@ class QuietFeeds:
         self.count.clear()
         self._readers.clear()
         self._woken_for.clear()
+        self._unseen.clear()
 
 
 def due(last_active: float, now: float | None = None) -> bool:
