@@ -153,7 +153,9 @@ class _Log:
             # librdkafka fetches by topic id: a kept consumer would fetch a re-created log by the id of the deleted
             # one, and the answer crashed the process (see `reader`). Asking about the topic first updates the id.
             if kafka.partitions_of(consumer, METADATA_TOPIC) is None:
-                return check is None  # no log (deleted since `_exists`): another one when a record was read before
+                # Deleted since `_exists` saw it, or not yet known to the broker asked (another broker of the cluster
+                # told `_exists`): an error, as a new consumer's read of it was.
+                raise kafka.KafkaException(kafka.KafkaError(kafka.KafkaError.UNKNOWN_TOPIC_OR_PART))
             if check is not None:
                 # Past the end, a fetch gets nothing (Tansu) and no end-of-partition either: the log is shorter than
                 # what was read, so it is another one. (Tansu's high watermark can fall short of the real end when

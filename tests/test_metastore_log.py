@@ -194,6 +194,20 @@ def test_a_reader_that_failed_is_dropped_and_made_anew(
     assert log.reader is not None and log.reader is not failed
 
 
+def test_a_store_that_saw_the_log_reads_it_deleted_as_an_error(
+    cluster: tuple[EphemeralClusters, Cluster],
+) -> None:
+    """A store asks whether the log exists once; deleted after that, its next read fails at once, as it did with a
+    consumer of its own for each read (the kept one asks about the topic first), and a new store finds no streams."""
+    _, c = cluster
+    store = MetaStore(c)
+    _create(store, f"/{uuid.uuid4().hex[:6]}/gone")
+    _delete_metadata_topic(c)
+    with pytest.raises(Unreachable):
+        store.streams()
+    assert MetaStore(c).streams() == {}
+
+
 def test_a_broker_restart_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster]) -> None:
     ec, c = cluster
     base = f"/{uuid.uuid4().hex[:6]}"
