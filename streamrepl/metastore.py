@@ -21,7 +21,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, cast
 
 from . import kafka
@@ -36,9 +36,10 @@ Edit = Callable[[Stream | None], Stream | None]
 
 MAX_ATTEMPTS = 8
 #: A write builds on the state read this long ago (seconds) without reading again. A command reads a stream, checks
-#: the change and writes it: the second read found nothing new and cost as much as the first (a new consumer, whose
-#: first request Tansu answers with every topic of the cluster). A state that was stale after all costs only the
-#: write: its version is no longer the next one, every reader ignores it, and the writer reads and tries again.
+#: the change and writes it: the second read found nothing new and cost as much as the first (with a new consumer
+#: then, whose first request Tansu answers with every topic of the cluster; three round trips now). A state that was
+#: stale after all costs only the write: its version is no longer the next one, every reader ignores it, and the
+#: writer reads and tries again.
 FRESH_FOR_WRITE = 1.0
 
 
@@ -74,9 +75,9 @@ class _Log:
     """The metadata log of one cluster as read so far in this process: the folded state, every key accepted by the
     fold, and where to read on. Every MetaStore of the cluster shares it, so each read fetches only the records
     written since the last one: a write used to read the whole log twice, which made setting up many streams and
-    topics quadratic (336 s for 50 streams x 20 topics). Its producer and a consumer that looks topics up are kept
-    too: a new client's first request took about 50 ms on Tansu. Used under `lock` (the gateway's plan watcher reads
-    from a thread of its own)."""
+    topics quadratic (336 s for 50 streams x 20 topics). Its producer, the consumer that reads it and one that looks
+    topics up are kept too: a new client's first request took about 50 ms on Tansu. Used under `lock` (the gateway's
+    plan watcher reads from a thread of its own)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -90,11 +91,14 @@ class _Log:
         self.lookup: kafka.Consumer | None = None
         #: creates the streams' Kafka topics (`MetaStore.create_topics`): a new client's first request costs in
         #: proportion to the cluster's topics (Tansu answers the brokers-only Metadata request a client sends when it
-        #: connects with every topic: 135 kB, 6-8 ms at 1,000 topics). Each read still has a consumer of its own: a
-        #: consumer kept for several reads crashed its whole process when the metadata topic was deleted (SIGSEGV in
-        #: librdkafka 2.16's metadata cache, on Tansu; tests/test_metastore_log.py deletes it), so a write that
-        #: knows its record came right after what was read takes it as read instead (`_won`).
+        #: connects with every topic: 135 kB, 6-8 ms at 1,000 topics).
         self.admin: kafka.AdminClient | None = None
+        #: reads the log (`_read_on`), assigned only while it reads. A consumer kept naively crashed its whole process
+        #: when the log was deleted and re-created (SIGSEGV in librdkafka 2.16's metadata cache, in
+        #: rd_kafka_metadata_update_op, on Tansu): when it fetched the new log by the old log's topic id, and when
+        #: its last fetch, still on the wire as a read returned, was answered after the deletion. So each read asks
+        #: about the topic first and waits for its fetches to be answered before it returns.
+        self.reader: kafka.Consumer | None = None
         self.producer: kafka.Producer | None = None
         self.write_lock = threading.Lock()  # one write at a time: each waits for its own delivery report
 
@@ -132,17 +136,26 @@ class _Log:
 
     def _read_on(self, cluster: Cluster, until: int | None) -> bool:
         """Read on from the record read last (from the start when none was): False when it is not there."""
-        # A 1 ms fetch wait: a read ends at the partition's end, which a fetch with nothing to return reports only
-        # after its wait (10 ms, the readers' default, was two thirds of a read on from the last record; 0 made
-        # Tansu never report the end of an empty log).
-        consumer = kafka.consumer(cluster, None, **{"fetch.wait.max.ms": 1})
+        if self.reader is None:
+            # A 1 ms fetch wait: a read ends at the partition's end, which a fetch with nothing to return reports only
+            # after its wait (10 ms, the readers' default, was two thirds of a read on from the last record; 0 made
+            # Tansu never report the end of an empty log).
+            self.reader = kafka.consumer(cluster, None, **{"fetch.wait.max.ms": 1})
+        consumer = self.reader
         check = self.next_offset - 1 if self.next_offset > 0 else None
         # From offset 0, not OFFSET_BEGINNING: asking where the beginning is made an empty log take 0.5 s to read.
         start = kafka.TopicPartition(METADATA_TOPIC, 0, check if check is not None else 0)
         # consume() returns when it has `batch` records or after `wait`: a read on from the last one expects a few
         # records and takes each as it comes, a whole log is taken in large batches.
         batch = 1000 if check is None else 1
+        records: Generator[kafka.Message, None, None] | None = None
         try:
+            # librdkafka fetches by topic id: a kept consumer would fetch a re-created log by the id of the deleted
+            # one, and the answer crashed the process (see `reader`). Asking about the topic first updates the id.
+            if kafka.partitions_of(consumer, METADATA_TOPIC) is None:
+                # Deleted since `_exists` saw it, or not yet known to the broker asked (another broker of the cluster
+                # told `_exists`): an error, as a new consumer's read of it was.
+                raise kafka.KafkaException(kafka.KafkaError(kafka.KafkaError.UNKNOWN_TOPIC_OR_PART))
             if check is not None:
                 # Past the end, a fetch gets nothing (Tansu) and no end-of-partition either: the log is shorter than
                 # what was read, so it is another one. (Tansu's high watermark can fall short of the real end when
@@ -150,7 +163,8 @@ class _Log:
                 low, high = kafka.watermarks(consumer, kafka.TopicPartition(METADATA_TOPIC, 0))
                 if not low <= check < high:
                     return False
-            for m in kafka.read_partition(consumer, start, until, batch=batch, wait=0.01):
+            records = kafka.read_partition(consumer, start, until, batch=batch, wait=0.01)
+            for m in records:
                 self.records_read += 1
                 offset = cast(int, m.offset())
                 if check is not None:
@@ -165,9 +179,28 @@ class _Log:
                 self.next_offset, self.last_key = offset + 1, m.key()
             return check is None  # an empty log when a record was read before: it was re-created
         except (TimeoutError, kafka.KafkaException):
+            records = None
+            self._drop_reader()  # a fresh one next time: this one's connection may be what failed
             raise kafka.unreachable(cluster, "reading stream metadata") from None
         finally:
-            consumer.close()
+            if records is not None:
+                records.close()  # unassigns, also when the read stopped early
+                self._settle_reader()
+
+    def _settle_reader(self) -> None:
+        """Return only when the reader's last fetch has been answered: one on the wire when the log is deleted comes
+        back for a topic the consumer no longer knows, which crashed the process (see `reader`). The broker answers
+        a connection's requests in order, so the answer to a request sent after the read ends comes after it."""
+        assert self.reader is not None
+        try:
+            kafka.watermarks(self.reader, kafka.TopicPartition(METADATA_TOPIC, 0))
+        except kafka.KafkaException:
+            self._drop_reader()  # the log is gone already, or the broker: closing waits for what is on the wire
+
+    def _drop_reader(self) -> None:
+        if self.reader is not None:
+            reader, self.reader = self.reader, None
+            reader.close()
 
     def fold_own(self, key: bytes, value: bytes, offset: int) -> bool:
         """Take a record this process wrote at `offset` as read, when it came right after the last record read:
@@ -184,6 +217,7 @@ class _Log:
         if self.lookup is not None:
             lookup, self.lookup = self.lookup, None
             lookup.close()
+        self._drop_reader()
         self.producer = self.admin = None
 
 

@@ -16,7 +16,7 @@ import pytest
 from support.clusters import crash_broker
 
 from streamrepl import kafka, metastore, registry
-from streamrepl.errors import ConcurrentEdit
+from streamrepl.errors import ConcurrentEdit, Unreachable
 from streamrepl.local import EphemeralClusters
 from streamrepl.metastore import MetaStore
 from streamrepl.model import Stream
@@ -138,6 +138,74 @@ def test_a_recreated_log_is_read_from_scratch(cluster: tuple[EphemeralClusters, 
     seen = MetaStore(c).streams()
     assert sorted(seen) == [f"{base}/new{i}" for i in range(after)]
     assert seen == _from_scratch(c)
+
+
+def test_reads_share_one_consumer_that_survives_the_log_deleted_right_after_a_read(
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reads of a process share one consumer (a new client's first request costs in proportion to the cluster's
+    topics on Tansu). The log deleted the moment a read returns, while that consumer's last fetch may still be on
+    the wire, and re-created longer than what was read: a kept consumer that fetched on with the topic id it knew,
+    or whose last fetch came back for a deleted topic, crashed the whole process (SIGSEGV in librdkafka 2.16's
+    metadata cache, on Tansu)."""
+    _, c = cluster
+    made: list[object] = []
+    real_consumer = kafka.consumer
+
+    def counted(*args: object, **kwargs: object) -> kafka.Consumer:
+        if args[0] is c:
+            made.append(args)
+        return real_consumer(*args, **kwargs)  # type: ignore[arg-type]
+
+    base = f"/{uuid.uuid4().hex[:6]}"
+    _create(MetaStore(c), f"{base}/first")
+    monkeypatch.setattr(kafka, "consumer", counted)
+    for round_ in range(4):
+        assert MetaStore(c).streams()  # a read, its fetches just done
+        _delete_metadata_topic(c)
+        names = [f"{base}/r{round_}n{i}" for i in range(4)]
+        other = MetaStore(_other_process(c))  # a store that saw the log deleted would not create it again
+        for name in names:
+            _create(other, name)
+        assert sorted(MetaStore(c).streams()) == names
+    assert made == []  # every read of the process used the consumer of its first
+
+
+def test_a_reader_that_failed_is_dropped_and_made_anew(
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its connection may be what failed (a broker gone): the next read must not go on with it."""
+    _, c = cluster
+    path = f"/{uuid.uuid4().hex[:6]}/retry"
+    _create(MetaStore(c), path)
+    log = metastore._log_of(c)
+    failed = log.reader
+    assert failed is not None
+
+    def broken(*args: object, **kwargs: object) -> Iterator[kafka.Message]:
+        raise kafka.KafkaException(kafka.KafkaError(kafka.KafkaError._TRANSPORT))
+
+    with monkeypatch.context() as m:
+        m.setattr(kafka, "read_partition", broken)
+        with pytest.raises(Unreachable):
+            MetaStore(c).streams()
+    assert log.reader is None
+    assert path in MetaStore(c).streams()
+    assert log.reader is not None and log.reader is not failed
+
+
+def test_a_store_that_saw_the_log_reads_it_deleted_as_an_error(
+    cluster: tuple[EphemeralClusters, Cluster],
+) -> None:
+    """A store asks whether the log exists once; deleted after that, its next read fails at once, as it did with a
+    consumer of its own for each read (the kept one asks about the topic first), and a new store finds no streams."""
+    _, c = cluster
+    store = MetaStore(c)
+    _create(store, f"/{uuid.uuid4().hex[:6]}/gone")
+    _delete_metadata_topic(c)
+    with pytest.raises(Unreachable):
+        store.streams()
+    assert MetaStore(c).streams() == {}
 
 
 def test_a_broker_restart_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster]) -> None:

@@ -7,7 +7,7 @@ that event, not the broker's high watermark, says a partition was read to its en
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -30,7 +30,7 @@ def read_partition(
     timeout: float = REQUEST_TIMEOUT,
     batch: int = 1000,
     wait: float = 0.01,
-) -> Iterator[Message]:
+) -> Generator[Message, None, None]:
     """The records of one partition from `start.offset`, in order, until its end.
 
     With `until`, the reading goes on past the end (records being written) and stops after the

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from .. import kafka, topics
-from ..errors import StreamreplError
+from ..errors import StreamreplError, Unreachable
 from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name
 from ..registry import Cluster, Registry
@@ -24,27 +24,38 @@ class Planner:
         reg: Registry,
         cluster: Cluster,
         list_topics: Callable[[Cluster], dict[str, int]] | None = None,
-        create_topics: Callable[..., None] = kafka.create_topics,
+        create_topics: Callable[..., None] | None = None,
         read_streams: Callable[[Cluster], dict[str, Stream]] = read_streams,
     ):
         self.reg = reg
         self.cluster = cluster
         self._list_topics = list_topics or self._list_with_kept_client
-        self._create_topics = create_topics
+        self._create_topics = create_topics or self._create_with_kept_client
         self._read_streams = read_streams
-        #: cluster name -> the admin client its topics are listed with, kept: a new one per listing cost a connection
-        #: and its first request, about 50 ms on Tansu, three times a pass (between `replica resume` and its first
-        #: record: BENCHMARKS.md, resume)
+        #: cluster name -> the admin client its topics are listed and the destination's made with, kept: a new one
+        #: per listing cost a connection and its first request, about 50 ms on Tansu, three times a pass (between
+        #: `replica resume` and its first record: BENCHMARKS.md, resume); a new one per CreateTopics about 15 ms at
+        #: 4,000 partitions (Tansu answers a new client's first request with every topic of the cluster)
         self._admins: dict[str, kafka.AdminClient] = {}
 
-    def _list_with_kept_client(self, cluster: Cluster) -> dict[str, int]:
+    def _kept_admin(self, cluster: Cluster) -> kafka.AdminClient:
         client = self._admins.get(cluster.name)
         if client is None:
             client = self._admins[cluster.name] = kafka.admin_client(cluster)
+        return client
+
+    def _list_with_kept_client(self, cluster: Cluster) -> dict[str, int]:
         try:
-            return kafka.topics(cluster, client)
+            return kafka.topics(cluster, self._kept_admin(cluster))
         except StreamreplError:
             # A client that saw its broker go away may keep stale connections: the next listing makes a new one.
+            self._admins.pop(cluster.name, None)
+            raise
+
+    def _create_with_kept_client(self, cluster: Cluster, specs: list[tuple[str, int, dict[str, str]]]) -> None:
+        try:
+            kafka.create_topics(cluster, specs, client=self._kept_admin(cluster))
+        except Unreachable:  # not a topic that exists already: the broker answered that one
             self._admins.pop(cluster.name, None)
             raise
 
