@@ -305,6 +305,16 @@ def upstream_list(reg: Registry, path: str) -> list[dict[str, Any]]:
 
 
 # -- listing -------------------------------------------------------------------------------
+def link_error(reg: Registry, path: str, replica: str) -> tuple[bool, str | None]:
+    """(whether the link from `path` to `replica` is paused, why it is in ERROR or None): what `replica resume`
+    checks, without the pending work `list_replicas` counts. No such link: (False, None)."""
+    src, srec = load(reg, path)
+    entry = srec.replica(str(resolve(reg, replica).path))
+    if entry is None:
+        return False, None
+    return entry.paused, link_status.link_error(reg, src, srec, entry)
+
+
 def list_replicas(reg: Registry, path: str, refreshnow: bool = False) -> list[dict[str, Any]]:
     src, srec = load(reg, path)
     rows = []

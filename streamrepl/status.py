@@ -72,17 +72,10 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         "errorPartitions": 0,  # always there: scripts read columns by position
     }
     agreed, drec = _replica_lists_upstream(reg, entry, str(src.path))
-    if drec is None:
+    gone = _replica_gone(src, entry, drec)
+    if gone:
         row["replicaState"] = str(ReplicaState.ERROR)
-        row["lasterror"] = f"replica stream {entry.path} does not exist"
-        return row
-    if entry.uuid and drec.uuid != entry.uuid:
-        row["replicaState"] = str(ReplicaState.ERROR)
-        row["lasterror"] = (
-            f"replica stream {entry.path} was deleted and created again (uuid {entry.uuid}, now"
-            f" {drec.uuid}): it is another stream; run 'streamrepl stream replica remove -path {src.path}"
-            f" -replica {entry.path}', then add it again"
-        )
+        row["lasterror"] = gone
         return row
     if not agreed:
         row["replicaState"] = str(ReplicaState.WAITING_FOR_UPSTREAM)
@@ -121,11 +114,41 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         row["lasterror"] = no_gateway_error(dst_cluster, gateways)
         if not row["lasterror"]:
             stalled = row["lasterror"] = stalled_error(gateways, reports, set(pairs))
-    errors = [r for r in reports.values() if r.get("state") == "error"]
+    errors = _partition_errors(reports)
     if errors:
-        worst = max(errors, key=lambda r: r.get("updated", 0))
         row["replicaState"] = str(ReplicaState.ERROR)
-        row["lasterror"] = worst.get("error", "")
+        row["lasterror"] = errors[0].get("error", "")
         row["errorPartitions"] = len(errors)
     row["isUptodate"] = agreed and not errors and not unadopted and not stalled and row["putsPending"] == 0
     return row
+
+
+def link_error(reg: Registry, src: Any, srec: Stream, entry: Replica) -> str | None:
+    """Why the link from `src` to the replica `entry` is in ERROR (None: it is not), as link_row says, without
+    counting its pending work: `replica resume` needs only this, and the count reads a sample of the pending records
+    of every partition (0.6-0.9 s with a backlog)."""
+    _, drec = _replica_lists_upstream(reg, entry, str(src.path))
+    gone = _replica_gone(src, entry, drec)
+    if gone:
+        return gone
+    errors = _partition_errors(read(reg.get(entry.cluster), f"unit|{entry.path}|{src.path}|"))
+    return str(errors[0].get("error", "")) if errors else None
+
+
+def _replica_gone(src: Any, entry: Replica, drec: Stream | None) -> str:
+    """Why the replica stream is not the one the link was made with ("": it is)."""
+    if drec is None:
+        return f"replica stream {entry.path} does not exist"
+    if entry.uuid and drec.uuid != entry.uuid:
+        return (
+            f"replica stream {entry.path} was deleted and created again (uuid {entry.uuid}, now"
+            f" {drec.uuid}): it is another stream; run 'streamrepl stream replica remove -path {src.path}"
+            f" -replica {entry.path}', then add it again"
+        )
+    return ""
+
+
+def _partition_errors(reports: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gateways' reports of the link's partitions in error, the latest first."""
+    errors = [r for r in reports.values() if r.get("state") == "error"]
+    return sorted(errors, key=lambda r: r.get("updated", 0), reverse=True)

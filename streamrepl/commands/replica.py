@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from ..model import ReplicaState
 from .common import BOOL, app, handles_errors, opt, output, require, sigterm_interrupts
 
 
@@ -104,14 +103,13 @@ def resume_cmd(path: str, replica: str) -> None:
     reg = app().registry
     target = str(resolve(reg, require(replica, "replica")).path)
     try:
-        links = {r["replicaPath"]: r for r in replicas.list_replicas(reg, require(path, "path"))}
-    except StreamreplError:  # the links' state cannot be read now (a cluster down): resume all the same
-        links = {}
+        paused, error = replicas.link_error(reg, require(path, "path"), target)
+    except StreamreplError:  # the link's state cannot be read now (a cluster down): resume all the same
+        paused, error = True, None
     replicas.set_paused(reg, path, replica, False)
-    link = links.get(target)
-    if link is not None and not link["paused"] and link["replicaState"] == ReplicaState.ERROR:
+    if not paused and error is not None:
         raise StreamreplError(
-            f"replica {target} was not paused: its link is in ERROR ({link['lasterror']}); resume restarts only a"
+            f"replica {target} was not paused: its link is in ERROR ({error}); resume restarts only a"
             " paused link: deal with the cause first (see README, 'A link in ERROR')"
         )
     output([])
