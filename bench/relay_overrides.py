@@ -41,6 +41,9 @@ SETS = {
     "linger-2": ["p.linger.ms=2"],
     "small-queue": ["p.queue.buffering.max.kbytes=65536", "p.queue.buffering.max.messages=200000"],
     "fetch-backoff-1s": ["c.fetch.queue.backoff.ms=1000"],  # librdkafka's default
+    # What of idempotence costs the relay: the in-flight limit it implies, or the rest (sequence numbers, acks=all)
+    "inflight-5": ["p.max.in.flight.requests.per.connection=5"],
+    "acks-all": ["p.acks=all"],
 }
 
 
