@@ -92,6 +92,20 @@ def test_replica_topics_that_exist_are_left_alone() -> None:
     assert planner.present() == set(present)
 
 
+class ReplicaStore:
+    """The replica stream's metadata as the planner reads it when it records the topics it made: its uuid."""
+
+    def get(self, path: str) -> Stream:
+        return Stream.from_json({"uuid": "S-NY"})
+
+
+class ReplicaResolved:
+    """streams.Resolved for a replica stream, on ReplicaStore."""
+
+    def __init__(self, path: StreamPath, cluster: Cluster) -> None:
+        self.path, self.cluster, self.store = path, cluster, ReplicaStore()
+
+
 def test_missing_replica_topics_are_made_in_one_request_and_recorded_in_one_write(monkeypatch: Any) -> None:
     """One create request and one metadata write per replica stream, not per topic: at 1,000 replica topics the
     per-topic requests and writes (each write reads the whole metadata log) took minutes before any partition was
@@ -101,15 +115,7 @@ def test_missing_replica_topics_are_made_in_one_request_and_recorded_in_one_writ
     created: list[Any] = []
     registered: list[Any] = []
 
-    class FakeStore:
-        def get(self, path: str) -> Stream:
-            return Stream.from_json({"uuid": "S-NY"})
-
-    class FakeResolved:
-        def __init__(self, path: StreamPath, cluster: Cluster) -> None:
-            self.path, self.cluster, self.store = path, cluster, FakeStore()
-
-    monkeypatch.setattr(plan_module, "Resolved", FakeResolved)
+    monkeypatch.setattr(plan_module, "Resolved", ReplicaResolved)
     monkeypatch.setattr(plan_module.topics, "register_many", lambda r, wanted: registered.append((r.path, wanted)))
     listed: list[str] = []
     planner = Planner(
@@ -193,14 +199,6 @@ def test_replica_topics_are_made_with_the_kept_client_of_the_destination(monkeyp
     used: list[object] = []
     failure: dict[str, Exception | None] = {"next": None}
 
-    class FakeStore:
-        def get(self, path: str) -> Stream:
-            return Stream.from_json({"uuid": "S-NY"})
-
-    class FakeResolved:
-        def __init__(self, path: StreamPath, cluster: Cluster) -> None:
-            self.path, self.cluster, self.store = path, cluster, FakeStore()
-
     def admin_client(cluster: Cluster) -> object:
         assert cluster.name == "ny"
         made.append(object())
@@ -212,7 +210,7 @@ def test_replica_topics_are_made_with_the_kept_client_of_the_destination(monkeyp
         if err is not None:
             raise err
 
-    monkeypatch.setattr(plan_module, "Resolved", FakeResolved)
+    monkeypatch.setattr(plan_module, "Resolved", ReplicaResolved)
     monkeypatch.setattr(plan_module.topics, "register_many", lambda r, wanted: None)
     monkeypatch.setattr(plan_module.kafka, "admin_client", admin_client)
     monkeypatch.setattr(plan_module.kafka, "create_topics", create_topics)
