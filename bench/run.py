@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -534,34 +535,53 @@ def relay_round(
             "delivered": count(dst_cluster, topic),
         }
 
-    log(f"{size} B, round {rnd + 1}: hand-written consume-then-produce loop")
-    create_topic(db, f"bench.hw{tag}")
-    cpu.start()
-    dt: float | str = hand_written(sb, db, f"bench.src{size}", f"bench.hw{tag}", n)
-    out["hand_written"] = result(dt, f"bench.hw{tag}", cpu.stop(n))
-    log(f"{size} B, round {rnd + 1}: C relay")
-    create_topic(db, f"bench.c{tag}")
-    cpu.start()
-    dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{tag}", n)
-    out["c_relay"] = result(dt, f"bench.c{tag}", cpu.stop(n))
+    def loop() -> dict:
+        log(f"{size} B, round {rnd + 1}: hand-written consume-then-produce loop")
+        create_topic(db, f"bench.hw{tag}")
+        cpu.start()
+        dt: float | str = hand_written(sb, db, f"bench.src{size}", f"bench.hw{tag}", n)
+        return result(dt, f"bench.hw{tag}", cpu.stop(n))
+
+    def c() -> dict:
+        log(f"{size} B, round {rnd + 1}: C relay")
+        create_topic(db, f"bench.c{tag}")
+        cpu.start()
+        dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{tag}", n)
+        return result(dt, f"bench.c{tag}", cpu.stop(n))
+
+    suffix = "" if rnd == 0 else f"r{rnd}"
+
+    def gateways(g: int) -> Callable[[], dict]:
+        def run() -> dict:
+            log(f"{size} B, round {rnd + 1}: {g} gateway process(es)")
+            return gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu, suffix=suffix)
+
+        return run
+
+    def workers(w: int) -> Callable[[], dict]:
+        def run() -> dict:
+            log(f"{size} B, round {rnd + 1}: one gateway start -workers {w}")
+            return gateway_throughput(
+                sb, dst_cluster, logdir, n, value, 1, a.gateway_timeout, cpu, workers=w, suffix=suffix
+            )
+
+        return run
+
+    steps: list[tuple[str, Callable[[], dict]]] = [("hand_written", loop), ("c_relay", c)]
+    steps += [(f"gateway{g}", gateways(g)) for g in (int(x) for x in a.gateways.split(",") if x)]
+    steps += [(f"workers{w}", workers(w)) for w in (int(x) for x in a.workers.split(",") if x)]
+    # Each round starts one relay further on: every relay writes to brokers that hold the records of the relays run
+    # before it (Tansu keeps them all in memory), and a run's rounds got slower as they filled (1 KiB, three runs at
+    # e596213: the relays of the first rounds 104-206k/s, of the third 101-135k/s). In a fixed order the gateway
+    # always ran last, into the fullest brokers of its round.
+    k = rnd % len(steps)
+    for key, step in steps[k:] + steps[:k]:
+        out[key] = step()
     if rnd == 0:
         log(f"{size} B: kcat | kcat")
         create_topic(db, f"bench.kcat{tag}")
         dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{tag}", n)
         out["kcat"] = result(dt, f"bench.kcat{tag}")
-    gateway_counts = [int(x) for x in a.gateways.split(",") if x]
-    worker_counts = [int(x) for x in a.workers.split(",") if x]
-    suffix = "" if rnd == 0 else f"r{rnd}"
-    for g in gateway_counts:
-        log(f"{size} B, round {rnd + 1}: {g} gateway process(es)")
-        out[f"gateway{g}"] = gateway_throughput(
-            sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu, suffix=suffix
-        )
-    for w in worker_counts:
-        log(f"{size} B, round {rnd + 1}: one gateway start -workers {w}")
-        out[f"workers{w}"] = gateway_throughput(
-            sb, dst_cluster, logdir, n, value, 1, a.gateway_timeout, cpu, workers=w, suffix=suffix
-        )
     return out
 
 
@@ -832,7 +852,7 @@ def main() -> int:
             create_topic(sb, f"bench.src{size}")
             fill(sb, f"bench.src{size}", n, value)
             gateway_rows = [f"gateway{g}" for g in gateway_counts] + [f"workers{w}" for w in worker_counts]
-            # Each round runs every relay once more, in the same order, into topics of its own: on a shared
+            # Each round runs every relay once more, in turn (relay_round), into topics of its own: on a shared
             # machine one run's rows drift apart by up to a quarter (BENCHMARKS.md), so the figures are medians of
             # the rounds and the ratios the medians of each round's own ratios.
             runs: dict[str, list[dict]] = {}
