@@ -106,8 +106,10 @@ def _close_unused(partitions: Partitions, plan: Plan) -> None:
     """The consumers, probes and watches of links and source clusters the plan no longer has; each link's
     consumer told of its new topics."""
     live = {link.name for link in plan.links}
-    for name in [n for n in partitions.sources if n not in live]:
-        partitions.sources.pop(name).close()
+    for name in [n for n in partitions.lanes.of if n not in live]:
+        partitions.lanes.release(name)
+    for lane in [n for n in partitions.sources if n not in partitions.lanes.links]:
+        partitions.sources.pop(lane).close()
     partitions.new_topics.introduce(partitions.sources)
     live_clusters = {link.src_cluster.name for link in plan.links}
     for name in [n for n in partitions.probes if n not in live_clusters]:
@@ -118,5 +120,5 @@ def _close_unused(partitions: Partitions, plan: Plan) -> None:
     partitions.links_by_source = {}
     for state in partitions.units.values():
         for name, (link, _) in state.feeds.items():
-            if name in partitions.sources and name not in partitions.links_by_source:
+            if name not in partitions.links_by_source and partitions.consumer_of(name) is not None:
                 partitions.links_by_source[name] = link

@@ -79,17 +79,14 @@ class Mover:
         busy = 0
         quiet = self.partitions.quiet
         now = time.monotonic()
-        for name, c in list(self.partitions.sources.items()):
-            link = self.partitions.links_by_source.get(name)
-            if link is None:
-                continue
-            if quiet is not None and quiet.count.get(name, 0) >= self.partitions.feed_count.get(name, 0):
-                continue  # every feed of the link is quiet: its consumer holds nothing to read
+        for lane, c in list(self.partitions.sources.items()):
+            if quiet is not None and self.partitions.lane_quiet(lane):
+                continue  # every feed it reads is quiet: the consumer holds nothing to read
             msgs = c.consume(BATCH, timeout=0)
             # A connection lost during this consume stops its feeds before anything they brought is written.
             self.partitions.recheck_lost_sources()
             if msgs:
-                busy += self.apply_batch(link, msgs)
+                busy += self.apply_batch(lane, msgs)
         # Quiet feeds whose end moved (their watch asks from a thread of its own; news taken here costs nothing).
         quieting.wake_moved(self.partitions)
         served = self.poll_producer()
@@ -107,8 +104,8 @@ class Mover:
             self.unthrottle()
         return busy
 
-    def apply_batch(self, link: Link, msgs: list[Message]) -> int:
-        """Hand a batch from one source consumer to the units it feeds; returns records seen."""
+    def apply_batch(self, lane: str, msgs: list[Message]) -> int:
+        """Hand a batch from one source consumer (`lane`, lanes.py) to the units its links feed; returns records seen."""
         units = self.partitions.units
         by_tp: dict[tuple[str, int], list[Message]] = {}
         eofs: list[Message] = []
@@ -118,7 +115,31 @@ class Mover:
             elif kafka.is_partition_eof(m.error()):
                 eofs.append(m)
             else:
-                log.warning("%s: %s", link.name, m.error().str())  # type: ignore[union-attr]
+                log.warning("%s: %s", lane, m.error().str())  # type: ignore[union-attr]
+        # Each source topic is one link's in a lane: the batch goes link by link.
+        routes = self.partitions.lanes.routes.get(lane, {})
+        by_link: dict[str, dict[tuple[str, int], list[Message]]] = {}
+        for tp, batch in by_tp.items():
+            name = routes.get(tp[0])
+            if name is not None:
+                by_link.setdefault(name, {})[tp] = batch
+        for name, batches in by_link.items():
+            link = self.partitions.links_by_source.get(name)
+            if link is not None:
+                self._apply_link(link, batches)
+        for m in eofs:
+            name = routes.get(m.topic())  # type: ignore[arg-type]
+            unit = self.partitions.by_source.get((name, m.topic(), m.partition())) if name else None  # type: ignore[arg-type]
+            state = units.get(unit) if unit else None
+            if state is not None and not state.throttled_until and m.offset() > state.writer.next:  # type: ignore[operator]
+                # Offsets at the end of the source with no visible record (a transaction marker).
+                # (Not while throttled: the records after the slice written are not applied yet.)
+                state.writer.fill_to(m.offset())  # type: ignore[arg-type]
+                state.tail = filler_tail(state.writer.origin or state.writer.src_uuid)
+        return len(msgs)
+
+    def _apply_link(self, link: Link, by_tp: dict[tuple[str, int], list[Message]]) -> None:
+        units = self.partitions.units
         self._ends_ahead = endcheck.ends_of_waking(self, link, by_tp)
         try:
             for (topic, partition), batch in by_tp.items():
@@ -129,15 +150,6 @@ class Mover:
                 self._write(state, link, batch)
         finally:
             self._ends_ahead = {}
-        for m in eofs:
-            unit = self.partitions.by_source.get((link.name, m.topic(), m.partition()))  # type: ignore[arg-type]
-            state = units.get(unit) if unit else None
-            if state is not None and not state.throttled_until and m.offset() > state.writer.next:  # type: ignore[operator]
-                # Offsets at the end of the source with no visible record (a transaction marker).
-                # (Not while throttled: the records after the slice written are not applied yet.)
-                state.writer.fill_to(m.offset())  # type: ignore[arg-type]
-                state.tail = filler_tail(state.writer.origin or state.writer.src_uuid)
-        return len(msgs)
 
     def _write(self, state: UnitState, link: Link, batch: list[Message]) -> None:
         w = state.writer
@@ -184,7 +196,7 @@ class Mover:
                 self.restart_writes(_why(e))
                 return
         if link.throttle:
-            c = self.partitions.sources.get(link.name)
+            c = self.partitions.consumer_of(link.name)
             tp = state.feeds[link.name][1]
             if c is not None:
                 state.throttled_until = time.monotonic() + len(batch) / self.throttle_rate
@@ -202,7 +214,7 @@ class Mover:
             elif state.throttled_until:
                 state.throttled_until = 0.0
                 for name, (_, tp) in state.feeds.items():
-                    c = self.partitions.sources.get(name)
+                    c = self.partitions.consumer_of(name)
                     if c is not None:
                         c.resume([TopicPartition(tp.topic, tp.partition)])
 

@@ -21,6 +21,7 @@ from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
 from . import following
+from .lanes import Lanes
 from .links import Link, Plan, Unit
 from .quiet import QuietFeeds, reports_lost_connection
 from .stats import GatewayStats
@@ -67,24 +68,24 @@ class NewTopics:
     leader at once."""
 
     def __init__(self) -> None:
-        #: link name -> the source topics its consumer was told of, and those it must be told of
+        #: consumer (its lane) -> the source topics it was told of, and those it must be told of
         self.told: dict[str, set[str]] = {}
         self.pending: dict[str, set[str]] = {}
 
-    def assign(self, consumer: Consumer, link_name: str, tp: TopicPartition) -> None:
+    def assign(self, consumer: Consumer, lane: str, tp: TopicPartition) -> None:
         """`consumer.incremental_assign([tp])`; its topic, when new to it, is asked for at the next `introduce`."""
         consumer.incremental_assign([tp])
-        self.expect(link_name, tp)
+        self.expect(lane, tp)
 
-    def expect(self, link_name: str, tp: TopicPartition) -> None:
-        """The link's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
+    def expect(self, lane: str, tp: TopicPartition) -> None:
+        """The lane's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
         it, is asked for at the next `introduce`, so that the wake does not wait for librdkafka's scan."""
-        if tp.topic not in self.told.get(link_name, ()):
-            self.pending.setdefault(link_name, set()).add(tp.topic)
+        if tp.topic not in self.told.get(lane, ()):
+            self.pending.setdefault(lane, set()).add(tp.topic)
 
     def introduce(self, consumers: dict[str, Consumer]) -> None:
-        """Ask each link's consumer (link name -> consumer) about its new topics (a failure is left to the consumer's
-        own scan). A link whose consumer is gone is forgotten: a new one for it knows nothing."""
+        """Ask each consumer (lane -> consumer) about its new topics (a failure is left to the consumer's own scan).
+        A lane whose consumer is gone is forgotten: a new one for it knows nothing."""
         self.told = {name: topics for name, topics in self.told.items() if name in consumers}
         pending, self.pending = self.pending, {}
         for name, topics in pending.items():
@@ -133,7 +134,8 @@ def _no_report(unit: Unit, error: str) -> None:
 
 class Partitions:
     """`reader` reads the replica partitions (their ends, their last records); `new_source_consumer` makes the
-    one consumer per link that reads its source partitions; `on_fail(unit, error)` reports a failed one."""
+    consumers that read the source partitions, one per source cluster (lanes.py); `on_fail(unit, error)` reports a
+    failed one."""
 
     def __init__(
         self,
@@ -149,7 +151,9 @@ class Partitions:
         self._new_probe = new_probe or new_source_consumer
         self.units: dict[Unit, UnitState] = {}
         self.errored: dict[Unit, str] = {}
-        self.sources: dict[str, Consumer] = {}  # link name -> consumer of the source partitions
+        #: lane (lanes.py: one per source cluster, more where links share a source stream) -> its consumer
+        self.sources: dict[str, Consumer] = {}
+        self.lanes = Lanes()
         #: source cluster name -> a consumer that reads single source records (divergence checks); never feeds a writer
         self.probes: dict[str, Consumer] = {}
         #: link name -> when its source, which did not answer a check, is asked again (monotonic)
@@ -157,7 +161,7 @@ class Partitions:
         self.by_source: dict[tuple[str, str, int], Unit] = {}  # (link, src topic, partition) -> unit
         #: link name -> how many feeds its consumer holds (quiet ones included: quiet.py)
         self.feed_count: dict[str, int] = {}
-        #: source consumer name -> the link it reads (rebuilt with each plan)
+        #: link name -> the link, for the links with feeds (rebuilt with each plan)
         self.links_by_source: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
         #: (replica topic, partition) -> where this gateway's producer left it, for the partitions it let go
@@ -180,12 +184,25 @@ class Partitions:
             and not any(state.unverified for state in self.units.values())
         )
 
-    def _source_consumer(self, link: Link) -> Consumer:
-        c = self.sources.get(link.name)
+    def lane_quiet(self, lane: str) -> bool:
+        """Whether every feed the lane's consumer reads is quiet (quiet.py): it holds nothing to read."""
+        quiet = self.quiet
+        return quiet is not None and all(
+            quiet.count.get(name, 0) >= self.feed_count.get(name, 0) for name in self.lanes.links.get(lane, ())
+        )
+
+    def consumer_of(self, link_name: str) -> Consumer | None:
+        """The consumer that reads the link's feeds (None: it has none)."""
+        lane = self.lanes.of.get(link_name)
+        return self.sources.get(lane) if lane is not None else None
+
+    def _source_consumer(self, link: Link) -> tuple[str, Consumer]:
+        lane = self.lanes.lane(link)
+        c = self.sources.get(lane)
         if c is None:
             c = self._new_source_consumer(link.src_cluster)
-            self.sources[link.name] = c
-        return c
+            self.sources[lane] = c
+        return lane, c
 
     def _probe(self, link: Link) -> Consumer:
         # One per source cluster, not per link: it reads one record at a time, from the loop's own thread, and every
@@ -270,20 +287,21 @@ class Partitions:
 
     def _add_feed(self, state: UnitState, link: Link, src_kt: str) -> None:
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
-        consumer = self._source_consumer(link)  # also for a feed that starts quiet: it is woken into it
+        lane, consumer = self._source_consumer(link)  # also for a feed that starts quiet: it is woken into it
+        self.lanes.route(lane, src_kt, link.name)
         alone = not state.feeds and not state.unverified
         if self.start_quiet and self.quiet is not None and alone and not link.throttle and state.writer.idle():
-            self.new_topics.expect(link.name, tp)
+            self.new_topics.expect(lane, tp)
             self.quiet.hold(link.name, link.src_cluster, tp, state.writer.next)
         else:
-            self.new_topics.assign(consumer, link.name, tp)
+            self.new_topics.assign(consumer, lane, tp)
         state.feeds[link.name] = (link, tp)
         self.by_source[(link.name, src_kt, tp.partition)] = state.unit
         self.feed_count[link.name] = self.feed_count.get(link.name, 0) + 1
 
     def _remove_feed(self, state: UnitState, name: str) -> None:
         link, tp = state.feeds.pop(name)
-        c = self.sources.get(name)
+        c = self.consumer_of(name)
         quiet = self.quiet is not None and self.quiet.holds(name, tp)
         if self.quiet is not None:
             self.quiet.release(name, tp)  # also forgets the end its last wake was for

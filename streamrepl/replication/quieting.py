@@ -19,7 +19,7 @@ def quieten_idle(partitions: Partitions) -> None:
         if len(state.feeds) != 1 or state.unverified or state.throttled_until or not state.writer.idle():
             continue
         ((name, (link, tp)),) = state.feeds.items()
-        busy = partitions.sources.get(name)
+        busy = partitions.consumer_of(name)
         if (
             busy is None
             or link.throttle
@@ -51,7 +51,7 @@ def wake(partitions: Partitions, name: str, topic: str, partition: int, end: int
     """A quiet feed's end moved to `end`: back to its link's consumer, from where its writer is now."""
     unit = partitions.by_source.get((name, topic, partition))
     state = partitions.units.get(unit) if unit else None
-    busy = partitions.sources.get(name)
+    busy = partitions.consumer_of(name)
     quiet = partitions.quiet
     if quiet is None or state is None or busy is None or name not in state.feeds:
         return

@@ -21,7 +21,7 @@ def recheck_lagging_feeds(partitions: Partitions) -> None:
     brought (no request); each feed is looked at once per acquisition."""
     for state in partitions.units.values():
         for name, (_, tp) in state.feeds.items():
-            c = partitions.sources.get(name)
+            c = partitions.consumer_of(name)
             if name in state.rechecked or c is None:
                 continue
             try:
@@ -41,7 +41,7 @@ def pending(partitions: Partitions) -> dict[str, int]:
     out: dict[str, int] = {}
     for state in list(partitions.units.values()):
         for name, (_, tp) in list(state.feeds.items()):
-            c = partitions.sources.get(name)
+            c = partitions.consumer_of(name)
             if partitions.quiet is not None and partitions.quiet.holds(name, tp):
                 out[name] = out.get(name, 0)  # a quiet feed's end has not passed its writer (quiet.py)
                 continue
