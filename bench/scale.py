@@ -21,6 +21,9 @@ one size's topics never load the next one's brokers. For each size it prints:
              destination broker while no record flows, from the CPU seconds in /proc/<pid>/stat over
              --idle-seconds: robust to other load on the machine, unlike wall-clock figures (the first
              gateway's threads by name in the log and the JSON: which client costs what)
+  trickle    with --trickle R: % of one core used by the same processes while R records/s go into partition 0 of one
+             topic of each stream (one busy partition a link: the rest of each link stays quiet), over another
+             --idle-seconds window; logged and in the JSON
   wake       ms from one record produced into an idle partition until it is in the replica (--wakes tries, one
              at a time, each into a partition that never had a record): what idling costs in latency
   new topic  seconds from `stream topic create` on a source stream (plus one record) until that record is
@@ -46,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -134,6 +138,33 @@ def idle_cpu(groups: dict[str, list[int]], seconds: float) -> dict[str, float]:
     time.sleep(seconds)
     dt = time.monotonic() - t0
     return {k: round(100 * (cpu_seconds(v) - before[k]) / dt, 1) for k, v in groups.items()}
+
+
+def trickle_cpu(
+    groups: dict[str, list[int]], sb: str, topics: list[str], per_second: float, seconds: float
+) -> dict[str, float]:
+    """% of one core each group used over `seconds` while one record every 1/per_second s goes to partition 0 of each
+    of `topics` in turn: light traffic that keeps those partitions from going quiet (every link has one busy
+    partition when `topics` holds one topic of each stream)."""
+    stop = threading.Event()
+
+    def produce() -> None:
+        p = Producer({"bootstrap.servers": sb, "linger.ms": 0})
+        i = 0
+        while not stop.wait(1 / per_second / len(topics)):
+            p.produce(topics[i % len(topics)], value=b"trickle", partition=0)
+            p.poll(0)
+            i += 1
+        p.flush(10)
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    time.sleep(2)  # the partitions woken, their feeds in their links' consumers
+    try:
+        return idle_cpu(groups, seconds)
+    finally:
+        stop.set()
+        t.join(15)
 
 
 def set_up(reg: object, streams: int, topics: int, partitions: int) -> list[str]:
@@ -381,6 +412,13 @@ def run_size(size: str, args: argparse.Namespace) -> dict:
                 spy.wait(30)
             row["rss_MB"] = {k: rss_mb(v) for k, v in groups.items()}
             log(f"{size}: idle CPU {row['idle_cpu_pct']}, RSS {row['rss_MB']}")
+            if args.trickle:
+                firsts = src_topics[::topics]  # the first topic of each stream: one busy partition a link
+                row["trickle_cpu_pct"] = trickle_cpu(groups, sb, firsts, args.trickle, args.idle_seconds)
+                log(
+                    f"{size}: CPU with one partition a link written, {args.trickle:g} records/s each: "
+                    f"{row['trickle_cpu_pct']}"
+                )
             if args.wakes:
                 row["wake_ms"] = wake_delays(sb, db, src_topics, partitions, args.wakes)
                 log(f"{size}: an idle partition woke after {row['wake_ms']} ms")
@@ -466,6 +504,12 @@ def main() -> int:
     ap.add_argument("--broker", default="tansu", choices=["tansu", "noida"])
     ap.add_argument("--idle-seconds", type=float, default=20.0, help="the idle CPU window")
     ap.add_argument("--wakes", type=int, default=5, help="idle partitions woken by one record each (0: none)")
+    ap.add_argument(
+        "--trickle",
+        type=float,
+        default=0.0,
+        help="after the idle window, records/s into one partition of each stream for another window (0: skip it)",
+    )
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the last acquisition before measuring")
     ap.add_argument("--records", type=int, default=100_000, help="records of the throughput step (0: skip it)")
     ap.add_argument("--timeout", type=float, default=600.0, help="hang guard for each wait")
