@@ -264,7 +264,7 @@ def test_a_source_that_does_not_answer_on_acquire_is_not_fed_from_until_it_was_c
     rig.partitions._retry_at.clear()  # the retry's wait, passed
     rig.mover.move_once()
     assert rig.feed.assigned == [(SKT, 0, 10)] and not state.unverified
-    assert rig.partitions.links_by_source == {link().name: link()}
+    assert rig.partitions.links == {link().name: link()}
 
 
 def test_a_source_that_does_not_answer_on_acquire_and_diverged_meanwhile_fails_when_it_answers() -> None:

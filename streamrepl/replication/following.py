@@ -88,7 +88,7 @@ def _follow_wanted(
             continue
         names = {link.name for link, _ in feeds}
         for name in [n for n in state.feeds if n not in names]:
-            partitions._remove_feed(state, name)
+            partitions.remove_feed(state, name)
         for name in [n for n in state.unverified if n not in names]:
             del state.unverified[name]
         for link, src_kt in feeds:
@@ -117,8 +117,8 @@ def _close_unused(partitions: Partitions, plan: Plan) -> None:
     if partitions.quiet is not None:
         partitions.quiet.close_unused(live, live_clusters)
     # One pass over the units (each plan, every 2 s): a pass per link was 100,000 steps at 50 links and 2,000 units
-    partitions.links_by_source = {}
+    # (Every link with a feed has a lane, and so a consumer: a link leaves its lane only when it left the plan.)
+    partitions.links = {}
     for state in partitions.units.values():
         for name, (link, _) in state.feeds.items():
-            if name not in partitions.links_by_source and partitions.consumer_of(name) is not None:
-                partitions.links_by_source[name] = link
+            partitions.links.setdefault(name, link)

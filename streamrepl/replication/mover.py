@@ -124,7 +124,7 @@ class Mover:
             if name is not None:
                 by_link.setdefault(name, {})[tp] = batch
         for name, batches in by_link.items():
-            link = self.partitions.links_by_source.get(name)
+            link = self.partitions.links.get(name)
             if link is not None:
                 self._apply_link(link, batches)
         for m in eofs:

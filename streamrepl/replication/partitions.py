@@ -162,7 +162,7 @@ class Partitions:
         #: link name -> how many feeds its consumer holds (quiet ones included: quiet.py)
         self.feed_count: dict[str, int] = {}
         #: link name -> the link, for the links with feeds (rebuilt with each plan)
-        self.links_by_source: dict[str, Link] = {}
+        self.links: dict[str, Link] = {}
         self._new_source_consumer = new_source_consumer
         #: (replica topic, partition) -> where this gateway's producer left it, for the partitions it let go
         self.left_at: dict[tuple[str, int], int] = {}
@@ -254,7 +254,7 @@ class Partitions:
                 continue
             del state.unverified[name]
             self._add_feed(state, link, src_kt)
-            self.links_by_source[name] = link
+            self.links[name] = link
         return True
 
     def source_lost(self, cluster: str) -> None:
@@ -274,7 +274,7 @@ class Partitions:
             for name, (link, tp) in list(state.feeds.items()):
                 if link.src_cluster.name in lost:
                     log.info("%s: lost the connection to source %s; comparing with it again", state.unit.key, link.src)
-                    self._remove_feed(state, name)
+                    self.remove_feed(state, name)
                     state.unverified[name] = (link, tp.topic)
 
     def retry_unverified(self) -> None:
@@ -299,7 +299,7 @@ class Partitions:
         self.by_source[(link.name, src_kt, tp.partition)] = state.unit
         self.feed_count[link.name] = self.feed_count.get(link.name, 0) + 1
 
-    def _remove_feed(self, state: UnitState, name: str) -> None:
+    def remove_feed(self, state: UnitState, name: str) -> None:
         link, tp = state.feeds.pop(name)
         c = self.consumer_of(name)
         quiet = self.quiet is not None and self.quiet.holds(name, tp)
@@ -319,7 +319,7 @@ class Partitions:
             return
         self.left_at[(state.writer.topic, state.writer.partition)] = state.writer.next
         for name in list(state.feeds):
-            self._remove_feed(state, name)
+            self.remove_feed(state, name)
 
     def drop_all(self) -> None:
         for unit in list(self.units):
