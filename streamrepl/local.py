@@ -32,7 +32,6 @@ from . import kafka, metastore, settings
 from .errors import InvalidArgument, NotFound, Unreachable
 from .local_brokers import KINDS, BrokerKind, kind
 from .logtail import log_tail
-from .registry import BROKER_PROPERTY
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
@@ -121,7 +120,9 @@ def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
     doc = {
         "default": next(iter(brokers)),
         "clusters": {
-            name: {"bootstrap.servers": b.bootstrap, BROKER_PROPERTY: b.broker} for name, b in brokers.items()
+            # bootstrap.servers only, as a user writes it: what the brokers do is probed (kafka/probes.py), not named
+            name: {"bootstrap.servers": b.bootstrap}
+            for name, b in brokers.items()
         },
     }
     _atomic_write(reg, yaml.safe_dump(doc, sort_keys=False))

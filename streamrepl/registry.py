@@ -66,7 +66,15 @@ def is_secret(prop: str) -> bool:
 OWN_PREFIX = "streamrepl."
 #: `streamrepl.broker`: what the cluster's broker is, where streamrepl must work around it (README, "Brokers").
 BROKER_PROPERTY = "streamrepl.broker"
-OWN_PROPERTIES = {BROKER_PROPERTY: ("kafka", "tansu", "noida")}
+#: The others override one answer of the broker probes each (kafka/brokers.py, OVERRIDES); `streamrepl.broker` is
+#: only a label now, shown by `cluster list`: what a broker does is probed, not assumed from its name.
+OWN_PROPERTIES = {
+    BROKER_PROPERTY: ("kafka", "tansu", "noida"),
+    "streamrepl.watermark.exact": ("true", "false"),
+    "streamrepl.fetch.wakes": ("true", "false"),
+    "streamrepl.group.static": ("true", "false"),
+    "streamrepl.group.leave": ("true", "false"),
+}
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def test_up_starts_reachable_brokers_and_is_idempotent(state_dir: Path) -> None:
     registry = yaml.safe_load(local.registry_path(state_dir).read_text())
     assert registry == {
         "default": "sanfrancisco",
-        "clusters": {b.cluster: {"bootstrap.servers": b.bootstrap, "streamrepl.broker": b.broker} for b in brokers},
+        "clusters": {b.cluster: {"bootstrap.servers": b.bootstrap} for b in brokers},
     }
 
     again = local.up(list(local.DEFAULT_CLUSTERS), state_dir)

@@ -112,8 +112,8 @@ def test_a_registry_mixes_tansu_and_noida(state_dir: Path) -> None:
     assert registry == {
         "default": "a",
         "clusters": {
-            "a": {"bootstrap.servers": a.bootstrap, "streamrepl.broker": "tansu"},
-            "b": {"bootstrap.servers": b.bootstrap, "streamrepl.broker": "noida"},
+            "a": {"bootstrap.servers": a.bootstrap},
+            "b": {"bootstrap.servers": b.bootstrap},
         },
     }
     assert [(r["cluster"], r["broker"], r["running"]) for r in local.status(state_dir)] == [

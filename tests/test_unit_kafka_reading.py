@@ -161,6 +161,16 @@ def test_an_exact_watermark_is_the_end_without_a_read() -> None:
     c = FakeConsumer([[FakeMessage(7)]], watermarks=(0, 5))
     assert kafka.true_ends(c, [TopicPartition("t", 0)], exact_watermark=True) == {("t", 0): 5}  # type: ignore[arg-type]
     assert c.assigned is None and c.consumed == 0
-    tansu = Cluster("a", {"bootstrap.servers": "x:1", "streamrepl.broker": "tansu"})
-    noida = Cluster("b", {"bootstrap.servers": "x:1", "streamrepl.broker": "noida"})
+    from streamrepl.kafka import brokers
+    from streamrepl.kafka.probes import BrokerTraits
+
+    tansu = Cluster("a", {"bootstrap.servers": "x:1"})
+    noida = Cluster("b", {"bootstrap.servers": "x:2"})
+    unknown = Cluster("c", {"bootstrap.servers": "x:3", "streamrepl.broker": "noida"})  # a label decides nothing
+    overridden = Cluster("d", {"bootstrap.servers": "x:4", "streamrepl.watermark.exact": "true"})
+    brokers.learn(tansu, BrokerTraits(identity="t", exact_watermark=False, probed_at=1))
+    brokers.learn(noida, BrokerTraits(identity="n", exact_watermark=True, probed_at=1))
+    brokers.learn(overridden, BrokerTraits(identity="o", exact_watermark=False, probed_at=1))
     assert not kafka.watermark_is_exact(tansu) and kafka.watermark_is_exact(noida)
+    assert not kafka.watermark_is_exact(unknown), "not probed: the end is read, as on every broker"
+    assert kafka.watermark_is_exact(overridden), "the registry's property overrides the probe it names"

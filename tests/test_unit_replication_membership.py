@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from streamrepl.kafka import brokers
+from streamrepl.kafka.probes import BrokerTraits
 from streamrepl.paths import StreamPath
 from streamrepl.registry import Cluster
 from streamrepl.replication.links import Unit
@@ -69,7 +72,7 @@ def test_slots_follow_assignments_and_revocations() -> None:
     assert group.slots == {1} and events[1:] == [("give up", [2]), ("give up", [3])]
     assert stats.rebalances == 3
 
-    assert group.abandon() is c and not c.closed, "kept open: closing would send LeaveGroup"
+    assert group.abandon() == [c] and not c.closed, "kept open: closing would send LeaveGroup"
     group.leave()
     assert not c.closed
 
@@ -94,21 +97,93 @@ class _FencedMessage:
         return _FatalError()
 
 
-def _group(broker: str, made: list[Any]) -> SlotGroup:
+def _group(static_rejoin: bool | None, made: list[Any], gateway_id: str = "gw1", leave: bool = False) -> SlotGroup:
+    """A slot group on a cluster whose brokers were found to honour static members (True), rebalance on their return
+    (False) or not probed (None)."""
+
     def new_consumer(cluster: Cluster, **kw: Any) -> Any:
         made.append(FakeGroupConsumer(cluster, **kw))
         return made[-1]
 
-    props = {"bootstrap.servers": "127.0.0.1:1", "streamrepl.broker": broker}
-    return SlotGroup(Cluster("ny", props), "gw1", 6000, GatewayStats("gw1"), lambda: None, lambda _: None, new_consumer)
+    cluster = Cluster("ny", {"bootstrap.servers": f"127.0.0.1:{len(made) + 1}"})
+    brokers.learn(cluster, BrokerTraits(identity="x", static_rejoin=static_rejoin, clean_leave=leave, probed_at=1))
+    stats = GatewayStats(gateway_id)
+    return SlotGroup(cluster, gateway_id, 6000, stats, lambda: None, lambda _: None, new_consumer)
 
 
-def test_gateways_join_as_static_members_where_the_broker_honours_it() -> None:
+def test_gateways_join_as_static_members_unless_the_broker_rebalances_on_their_return() -> None:
     made: list[Any] = []
-    _group("noida", made).join()
-    _group("tansu", made).join()
+    _group(True, made).join()
+    _group(False, made).join()
+    _group(None, made).join()
     assert made[0].config["group.instance.id"] == "gw1"
-    assert "group.instance.id" not in made[1].config
+    assert "group.instance.id" not in made[1].config, "Tansu: dynamic members, which it expires"
+    assert made[2].config["group.instance.id"] == "gw1", "not probed: static, with adoption (needs no expiry)"
+
+
+def _report(gateway: str, age_s: float, **extra: Any) -> dict[str, Any]:
+    return {"gateway": gateway, "updated": int((time.time() - age_s) * 1000), "slots": [1], **extra}
+
+
+def test_the_seat_of_a_dead_member_is_adopted_by_one_live_gateway() -> None:
+    made: list[Any] = []
+    group = _group(True, made, "gw-new")
+    group.join()
+    reports = {f"gateway|{g}": _report(g, age) for g, age in (("gw-dead", 60), ("gw-new", 0))}
+    assert group.adopt_dead(reports, ["gw-dead", "gw-new"]) == ["gw-dead"]
+    seat = made[-1]
+    assert seat.config["group.instance.id"] == "gw-dead" and seat.group == "streamrepl-gateways-ny"
+    assert group.seats == ["gw-dead"] and group.stats.seats_adopted == 1
+    # Adopted once: the next look finds it held (by this gateway's report, or its own list).
+    assert group.adopt_dead(reports, ["gw-dead", "gw-new"]) == []
+    # Its slots count as this gateway's.
+    seat.callbacks["on_assign"](seat, [TopicPartition(SLOT_TOPIC, p) for p in (5, 6)])
+    made[0].callbacks["on_assign"](made[0], [TopicPartition(SLOT_TOPIC, 7)])
+    assert group.slots == {5, 6, 7}
+
+
+def test_seats_that_are_not_dead_or_not_ours_to_take_are_left_alone() -> None:
+    made: list[Any] = []
+    group = _group(True, made, "gw1")
+    group.join()
+    reports = {
+        "gateway|gw1": _report("gw1", 0),
+        "gateway|gw2": _report("gw2", 1),  # alive
+        "gateway|gw3": _report("gw3", 1, seats=["gw4"]),  # alive, holds gw4's seat
+        "gateway|gw4": _report("gw4", 60),
+        "gateway|gw5": _report("gw5", 60, stopped=True),
+    }
+    # gw6 has no report: a member that is not a gateway's yet (gateways report before they join).
+    members = ["gw1", "gw2", "gw3", "gw4", "gw6"]
+    assert group.adopt_dead(reports, members) == []
+    # gw5 stopped without leaving and is still a member: dead. Exactly one of the live gateways adopts it.
+    taken = []
+    for me in ("gw1", "gw2", "gw3"):
+        g = _group(True, made, me)
+        g.join()
+        taken += g.adopt_dead(reports, [*members, "gw5"])
+    assert taken == ["gw5"]
+
+
+def test_dynamic_members_adopt_nothing() -> None:
+    made: list[Any] = []
+    group = _group(False, made, "gw1")
+    group.join()
+    assert group.adopt_dead({"gateway|gw2": _report("gw2", 60)}, ["gw2"]) == []
+
+
+def test_an_adopted_seat_whose_gateway_came_back_is_let_go_quietly() -> None:
+    made: list[Any] = []
+    lost: list[set[int]] = []
+    group = _group(True, made, "gw1")
+    group._on_give_up = lost.append  # type: ignore[method-assign]
+    group.join()
+    group.adopt_dead({"gateway|gw2": _report("gw2", 60)}, ["gw1", "gw2"])
+    seat = made[-1]
+    seat.callbacks["on_assign"](seat, [TopicPartition(SLOT_TOPIC, 9)])
+    seat.poll = lambda timeout: _FencedMessage()
+    group.poll()  # no error: the fence was the seat's, not this gateway's
+    assert group.seats == [] and group.slots == set() and lost == [{9}] and seat.closed
 
 
 def test_a_gateway_fenced_by_another_with_its_id_stops_with_a_clear_error() -> None:
@@ -117,10 +192,10 @@ def test_a_gateway_fenced_by_another_with_its_id_stops_with_a_clear_error() -> N
     from streamrepl.errors import StreamreplError
 
     made: list[Any] = []
-    group = _group("noida", made)
+    group = _group(True, made)
     group.join()
     made[0].poll = lambda timeout: _FencedMessage()
-    with pytest.raises(StreamreplError, match="another gateway was started with -id gw1"):
+    with pytest.raises(StreamreplError, match="a gateway started with -id gw1"):
         group.poll()
     group.leave()  # nothing left to leave: the fenced consumer is not used again
     assert made[0].closed is False

@@ -176,7 +176,7 @@ def test_the_end_check_period_is_the_brokers_unless_the_environment_sets_it(monk
 
     made: list[object] = []
     monkeypatch.setattr(quiet, "EndWatch", lambda new_client, period: made.append(period) or period)
-    cluster = Cluster("sanfrancisco", {"bootstrap.servers": "127.0.0.1:1", "streamrepl.broker": "tansu"})
+    cluster = Cluster("sanfrancisco", {"bootstrap.servers": "127.0.0.1:1"})
     monkeypatch.delenv("STREAMREPL_QUIET_END_CHECK_MS", raising=False)
     quiet.end_watch(cluster)
     monkeypatch.setenv("STREAMREPL_QUIET_END_CHECK_MS", "250")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS, LazyGroup
-from ..errors import InvalidArgument
-from .common import app, handles_errors, opt, output
+from ..errors import InvalidArgument, StreamreplError
+from ..registry import Cluster
+from .common import BOOL, app, handles_errors, opt, output
 
 #: The longest `cluster list -timeout` accepted, in seconds.
 MAX_TIMEOUT = 300.0
@@ -21,9 +22,16 @@ def cluster() -> None:
 
 @cluster.command("list", context_settings=CONTEXT_SETTINGS)
 @opt("timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for each cluster.")
+@opt(
+    "probe",
+    type=BOOL,
+    default=False,
+    help="Probe what each cluster's brokers do now (a few seconds; a gateway does so at its first start).",
+)
 @handles_errors
-def list_cmd(timeout: float) -> None:
-    """Show each cluster, its servers, whether it answers, and its other (masked) properties."""
+def list_cmd(timeout: float, probe: bool) -> None:
+    """Show each cluster, its servers, whether it answers, what its brokers were found to do, and its other (masked)
+    properties."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .. import kafka  # here, not at the top: `--help` must not load the Kafka client
@@ -34,8 +42,9 @@ def list_cmd(timeout: float) -> None:
     clusters = list(reg.clusters.values())
     with ThreadPoolExecutor(max_workers=max(1, len(clusters))) as pool:
         answers = list(pool.map(lambda c: kafka.ping(c, timeout), clusters))
+        found = list(pool.map(lambda c, ok: _found(c, ok, probe), clusters, answers))
     rows = []
-    for c, ok in zip(clusters, answers, strict=True):
+    for c, ok, what in zip(clusters, answers, found, strict=True):
         props = {k: v for k, v in c.masked().items() if k != "bootstrap.servers"}
         rows.append(
             {
@@ -43,7 +52,25 @@ def list_cmd(timeout: float) -> None:
                 "default": c.name == reg.default,
                 "bootstrap.servers": c.shown_bootstrap,
                 "answers": ok,
+                "brokers": what,
                 "properties": " ".join(f"{k}={v}" for k, v in sorted(props.items())),
             }
         )
     output(rows)
+
+
+def _found(cluster: Cluster, answers: bool, probe: bool) -> str:
+    """What the cluster's brokers were found to do (discovery.describe), probed now with -probe."""
+    from .. import discovery, kafka
+
+    if not answers:
+        return "-"
+    try:
+        if probe:
+            later = discovery.probe_leave_later(cluster, discovery.discover(cluster, force=True))
+            if later is not None:
+                later.join()
+        traits = discovery.cached(cluster)
+    except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
+        return f"not known ({type(e).__name__})"
+    return discovery.describe(cluster, traits)

@@ -134,6 +134,8 @@ class Member:
     host: str
     #: (Kafka topic, partition) pairs, or None when the broker does not report assignments
     assignment: list[tuple[str, int]] | None
+    #: a static member's group.instance.id ("" for a dynamic member, or when the broker does not say)
+    instance_id: str = ""
 
 
 @dataclass
@@ -170,6 +172,7 @@ def _members(desc: Any) -> list[Member]:
                 client_id=_client_id(m.member_id, m.client_id or ""),
                 host=(m.host or "").lstrip("/"),
                 assignment=[(tp.topic, tp.partition) for tp in tps] or None,
+                instance_id=getattr(m, "group_instance_id", None) or "",
             )
         )
     return out

@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from .. import kafka, settings
+from .. import discovery, kafka, settings, statustopic
 from ..errors import PermissionDenied, StreamreplError
 from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
@@ -53,6 +53,9 @@ QUIET_AFTER = 1.0
 #: it meanwhile (rebalances of the slot group, the sweeps, the reports) waits this long at most. At 800 partitions
 #: the loop's 100 passes a second were half of an idle gateway's own CPU, 20 a second still a third of it.
 IDLE_SLEEP_ALL_QUIET = 0.25
+#: how often a gateway with static membership looks for dead gateways' seats to adopt (membership.py): a describe of
+#: the slot group, and a read of the gateway reports when it has other members
+SEAT_CHECK_SECONDS = 3.0
 
 
 class Gateway:
@@ -114,6 +117,7 @@ class Gateway:
             lambda: self.plan,
             lambda: self.mover.producer,
             parent_id=parent_id,
+            seats=lambda: self.group.seats,
         )
         #: the gateway list (`cluster gateway set`): one taken off it drains and leaves
         self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer, parent_id=parent_id)
@@ -121,10 +125,14 @@ class Gateway:
         self.refused = ""
         self.cursor_sync: CursorSyncProcess | None = None
         self.metrics: MetricsServer | None = None
-        #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
-        self.leave_group = True
+        #: leave the group on stop (LeaveGroup); None: as the broker allows (kafka.leaves_group_safely, decided at the
+        #: stop); False: run_foreground() exits the process instead (see shutdown())
+        self.leave_group: bool | None = True
+        #: find out what the destination's brokers do before joining (discovery.py); the gateways of the unit
+        #: tests, on fake clients, do not
+        self.discover = False
         #: the group consumer kept open until the process exits, when leave_group is False (see shutdown())
-        self.left_open: Consumer | None = None
+        self.left_open: list[Consumer] = []
         #: apply the published plan again even if it did not change (slots assigned, writes restarted)
         self._replan = True
         #: (plan, slots, the plan's units in those slots): see apply_plan
@@ -208,6 +216,34 @@ class Gateway:
         if self.partitions.quiet is not None:
             self.partitions.quiet.nudge()
 
+    def _discover(self) -> None:
+        """What the destination's brokers do (membership, LeaveGroup, watermarks), before the group is joined; a probe
+        that fails leaves its answer unknown, and the safe branch is taken (kafka/brokers.py)."""
+        try:
+            traits = discovery.discover(self.cluster)
+        except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
+            log.warning(
+                "cluster %s: its brokers could not be probed (%s); taking what is safe on every broker",
+                self.cluster.name,
+                e,
+            )
+            return
+        discovery.probe_leave_later(self.cluster, traits)
+        if self.leave_group:
+            self.leave_group = None  # decided at the stop, once the LeaveGroup probe had its time
+
+    def _adopt_dead_seats(self) -> None:
+        """Take the slot-group seats of gateways that died (membership.SlotGroup.adopt_dead), then leave those that
+        got their slots where the broker hands over cleanly."""
+        try:
+            self.group.retire_adopted()
+            members = self.group.members()
+            if members is not None and set(members) <= {self.id, *self.group.seats}:
+                return  # nobody else in the group: no status read
+            self.group.adopt_dead(statustopic.read(self.cluster, "gateway|"), members)
+        except (StreamreplError, kafka.KafkaException) as e:
+            log.warning("gateway %s: the slot group's members could not be checked (%s)", self.id, e)
+
     def _wait_for_destination(self) -> None:
         """A gateway is a long-running worker: a destination that does not answer yet is waited for
         (with backoff), not a reason to exit."""
@@ -227,10 +263,17 @@ class Gateway:
         self._wait_for_destination()
         if self.stopping:
             return
+        if self.discover:
+            self._discover()
+            if self.stopping:
+                return
         refusal = self.allow_list.check_now()
         if refusal:  # before joining the group: a gateway not on the list never takes a slot
             raise PermissionDenied(refusal)
         self.allow_list.start()
+        # Reported before joining: a member of the slot group without a fresh report could be taken for a dead
+        # gateway's and its seat adopted (membership.SlotGroup.adopt_dead).
+        self.reports.all()
         self.group.join()
         # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
         self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
@@ -238,6 +281,7 @@ class Gateway:
         self.watcher.start()
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
+        next_seat_check = time.monotonic() + SEAT_CHECK_SECONDS
         reported_holding = (0, 0)
         started = last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
@@ -250,6 +294,9 @@ class Gateway:
                     self.refused = self.allow_list.refusal
                     break
                 self.group.poll()  # drives heartbeats and rebalances
+                if self.group.static and now >= next_seat_check:
+                    next_seat_check = now + SEAT_CHECK_SECONDS
+                    self._adopt_dead_seats()
                 if self.mover.restart_pending and now >= next_gate_check:
                     next_gate_check = now + 0.5
                     self._replan = True  # take the partitions up again once the destination is back
@@ -285,7 +332,8 @@ class Gateway:
         left = self.mover.flush(30)
         if left:
             log.error("%d records were not acknowledged before shutdown", left)
-        if self.leave_group:
+        leave = self.leave_group if self.leave_group is not None else kafka.leaves_group_safely(self.cluster)
+        if leave:
             self.group.leave()
         else:
             # No group.close(): it would send LeaveGroup, and a LeaveGroup that reaches Tansu while the

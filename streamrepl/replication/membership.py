@@ -16,7 +16,10 @@ cluster before any new one starts.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -53,8 +56,27 @@ class GatewayFenced(StreamreplError):
     """Another gateway joined the slot group under this gateway's id."""
 
 
+class Seat:
+    """One membership of the slot group held by this gateway: its own, or a dead gateway's that it adopted (the
+    consumer joined under that gateway's group.instance.id). Its slots are what the group assigned to it."""
+
+    def __init__(self, instance: str, consumer: Consumer):
+        self.instance = instance
+        self.consumer = consumer
+        self.slots: set[int] = set()
+
+
 class SlotGroup:
     """This gateway's membership of the slot group: which slots it owns now.
+
+    On a broker whose coordinator never expires a member that died (noida-db), a gateway started after one died
+    would wait for the dead member for good. Members are static there (kafka.honours_static_membership), so the
+    group's own protocol offers a way out: a consumer that joins under a dead member's instance id takes its place
+    and slots at once, and the broker fences whoever held that id before (a gateway that was frozen, not dead, is
+    refused on its next heartbeat: FENCED_INSTANCE_ID). `adopt_dead(...)` does that for the members the status
+    reports call dead; the adopted seat is then left (LeaveGroup) where the broker hands over cleanly, so that the
+    live gateways share its slots, or kept, with its slots, where it does not. The real gateway coming back under
+    its id fences the adopted seat in turn, which is then let go quietly.
 
     `on_assigned()` is called when slots were assigned (the plan must be applied again), `on_give_up(lost)`
     before slots are given up (their partitions must be drained and let go first). Both run in the thread
@@ -71,53 +93,158 @@ class SlotGroup:
         new_consumer: Callable[..., Consumer] = kafka.consumer,
     ):
         self.cluster = cluster
-        #: join as a static member (README, "Brokers"): a gateway started again under its id gets its slots back
-        self.static = kafka.honours_static_membership(cluster)
+        #: static member (README, "Brokers"): decided at join(), once the broker's answers are known
+        self.static = False
         self.gateway_id = gateway_id
         self.session_ms = session_ms
         self.slots: set[int] = set()
         self.stats = stats
         self.consumer: Consumer | None = None
+        #: the seats of dead gateways this one adopted (instance id -> seat)
+        self.adopted: dict[str, Seat] = {}
+        self._own = Seat(gateway_id, None)  # type: ignore[arg-type]
         self._on_assigned = on_assigned
         self._on_give_up = on_give_up
         self._new_consumer = new_consumer
 
-    def join(self) -> None:
+    @property
+    def group_id(self) -> str:
+        return f"streamrepl-gateways-{self.cluster.name}"
+
+    def _seat_consumer(self, seat: Seat, client_id: str) -> Consumer:
         conf: dict[str, Any] = {
-            "client.id": self.gateway_id,
+            "client.id": client_id,
             "partition.assignment.strategy": "roundrobin",
             "session.timeout.ms": self.session_ms,
             "heartbeat.interval.ms": 1000,
             "enable.partition.eof": False,
         }
         if self.static:
-            conf["group.instance.id"] = self.gateway_id
-        self.consumer = self._new_consumer(self.cluster, group=f"streamrepl-gateways-{self.cluster.name}", **conf)
-        self.consumer.subscribe(
-            [SLOT_TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+            conf["group.instance.id"] = seat.instance
+        consumer = self._new_consumer(self.cluster, group=self.group_id, **conf)
+        consumer.subscribe(
+            [SLOT_TOPIC],
+            on_assign=functools.partial(self._on_assign, seat),
+            on_revoke=functools.partial(self._on_revoke, seat),
+            on_lost=functools.partial(self._on_revoke, seat),
         )
+        return consumer
+
+    def join(self) -> None:
+        self.static = kafka.honours_static_membership(self.cluster)
+        self.consumer = self._seat_consumer(self._own, self.gateway_id)
+        self._own.consumer = self.consumer
 
     def poll(self) -> None:
         """Drives heartbeats and rebalances (the callbacks run in here)."""
         if self.consumer is not None:
-            msg = self.consumer.poll(0)
-            err = msg.error() if msg is not None else None
-            if err is not None and kafka.is_fatal(err):
+            err = self._poll(self.consumer)
+            if err is not None:
                 self.consumer = None  # fenced: there is no membership left to leave
                 # A static member is fenced when another process joins under the same id: two gateways would write
                 # the same partitions, so this one stops, loudly. (librdkafka hands the fence over as a _FATAL event,
                 # whose fatal() is False: it went unnoticed, and the fenced gateway wrote on.)
                 raise GatewayFenced(
-                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
-                    f" with -id {self.gateway_id}; give each gateway its own -id"
+                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another process joined"
+                    f" under its id: a gateway started with -id {self.gateway_id} (give each gateway its own -id), or"
+                    " one that took its place while this one did not answer (frozen or cut off for longer than"
+                    " the status reports allow)"
                 )
+        for instance, seat in list(self.adopted.items()):
+            if self._poll(seat.consumer) is not None:
+                # The gateway whose seat this was came back under its id: its slots are its own again.
+                log.info("gateway %s: gateway %s is back and took its seat again", self.gateway_id, instance)
+                self._let_go(seat)
+                del self.adopted[instance]
+
+    @staticmethod
+    def _poll(consumer: Consumer) -> kafka.KafkaError | None:
+        """Poll; the fence (a fatal error) if there was one."""
+        msg = consumer.poll(0)
+        err = msg.error() if msg is not None else None
+        return err if err is not None and kafka.is_fatal(err) else None
+
+    def _let_go(self, seat: Seat) -> None:
+        if seat.slots:
+            self._on_revoke(seat, None, [TopicPartition(SLOT_TOPIC, s) for s in sorted(seat.slots)])
+        with contextlib.suppress(Exception):
+            seat.consumer.close()
+
+    # -- adopting the seats of dead gateways ---------------------------------------------------------------------
+    def members(self) -> list[str] | None:
+        """The instance ids of the group's static members, as the broker describes the group; None when it does not
+        say (it lists no members, or no instance ids)."""
+        admin = kafka.admin_client(self.cluster)
+        info = kafka.describe_groups(self.cluster, admin, [self.group_id]).get(self.group_id)
+        ids = [m.instance_id for m in (info.members if info is not None else []) if m.instance_id]
+        return ids or None
+
+    def adopt_dead(self, reports: dict[str, dict[str, Any]], members: list[str] | None) -> list[str]:
+        """Adopt the seats of the group's members whose gateways are dead by their status reports (`reports`: the
+        cluster's gateway reports; `members`: the group's instance ids, see members()) and that this gateway is the
+        one to adopt (each dead seat falls to one live gateway, by its id's hash, so that two do not fence each
+        other in turn). Returns the instance ids adopted."""
+        if not self.static or self.consumer is None:
+            return []
+        now_ms = time.time() * 1000
+        live = {str(r.get("gateway")) for r in reports.values() if statustopic.is_live(r, now_ms)}
+        live.add(self.gateway_id)
+        held = {str(s) for r in reports.values() if statustopic.is_live(r, now_ms) for s in r.get("seats", [])}
+        if members is None:
+            # The broker does not list the group's members: the gateways that died holding slots.
+            members = [str(r.get("gateway")) for r in reports.values() if not r.get("stopped") and r.get("slots")]
+        # Only members with a report that went stale or says stopped: a gateway reports before it joins, so a
+        # member without one is none of streamrepl's (or its report is still on its way), never adopted.
+        reported = {str(r.get("gateway")) for r in reports.values()}
+        mine = {self.gateway_id, *self.adopted}
+        dead = sorted((set(members) & reported) - live - held - mine)
+        adopters = sorted(live)
+        taken = []
+        for instance in dead:
+            if adopters[zlib.crc32(instance.encode()) % len(adopters)] != self.gateway_id:
+                continue
+            log.warning(
+                "gateway %s takes the seat of gateway %s in the slot group: it stopped reporting and the broker"
+                " keeps its slots",
+                self.gateway_id,
+                instance,
+            )
+            seat = Seat(instance, None)  # type: ignore[arg-type]
+            seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
+            self.adopted[instance] = seat
+            self.stats.seats_adopted += 1
+            taken.append(instance)
+        return taken
+
+    def retire_adopted(self) -> None:
+        """Leave (LeaveGroup) the adopted seats that have their slots, so that the live gateways share them: only
+        where the broker hands over cleanly (kafka.leaves_group_safely); elsewhere the seats are kept."""
+        if not kafka.leaves_group_safely(self.cluster):
+            return
+        for instance, seat in list(self.adopted.items()):
+            if seat.slots:
+                log.info(
+                    "gateway %s leaves the seat of gateway %s; the live gateways share its slots",
+                    self.gateway_id,
+                    instance,
+                )
+                self._leave(seat.consumer)
+                self.slots -= seat.slots
+                seat.slots = set()
+                del self.adopted[instance]
+
+    @property
+    def seats(self) -> list[str]:
+        """The instance ids of the seats this gateway adopted (reported, so that no other gateway adopts them too)."""
+        return sorted(self.adopted)
 
     # The rebalance callbacks run inside librdkafka's poll: an exception escaping them does not reach the caller
     # intact (a gateway stopped with "SystemError: _PyErr_SetObject: exception ... is not a BaseException
     # subclass" after its destination broker crashed). So nothing escapes them; what fails is logged.
-    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+    def _on_assign(self, seat: Seat, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
-        self.slots = {tp.partition for tp in parts}
+        seat.slots = {tp.partition for tp in parts}
+        self.slots = self._own.slots.union(*(s.slots for s in self.adopted.values()))
         log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
         try:
             # The slots are never read: paused, they cost the destination no fetches (an empty fetch of 64
@@ -128,31 +255,42 @@ class SlotGroup:
         except Exception:  # noqa: BLE001 - see above
             log.exception("gateway %s: taking up the slots assigned failed", self.gateway_id)
 
-    def _on_revoke(self, _: Any, parts: list[TopicPartition]) -> None:
+    def _on_revoke(self, seat: Seat, _: Any, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
         lost = {tp.partition for tp in parts}
         try:
             self._on_give_up(lost)
         except Exception:  # noqa: BLE001 - see above
             log.exception("gateway %s: letting the slots go failed", self.gateway_id)
+        seat.slots -= lost
         self.slots -= lost
         log.info("gateway %s gave up %d slots", self.gateway_id, len(lost))
 
+    def _leave(self, consumer: Consumer) -> None:
+        if self.static:
+            # librdkafka sends no LeaveGroup when a static member closes (KIP-345 lets it come back instead);
+            # unsubscribing first does send it, so a planned stop still hands the slots over at once.
+            # It goes out from the consumer's own thread: poll a moment, or close() cuts it off.
+            consumer.unsubscribe()
+            for _ in range(5):
+                consumer.poll(0.1)
+        consumer.close()
+
     def leave(self) -> None:
-        """Leave the group now (LeaveGroup)."""
+        """Leave the group now (LeaveGroup), with every seat."""
+        for seat in self.adopted.values():
+            self._leave(seat.consumer)
+        self.adopted.clear()
         if self.consumer is not None:
-            if self.static:
-                # librdkafka sends no LeaveGroup when a static member closes (KIP-345 lets it come back instead);
-                # unsubscribing first does send it, so a planned stop still hands the slots over at once.
-                # It goes out from the consumer's own thread: poll a moment, or close() cuts it off.
-                self.consumer.unsubscribe()
-                for _ in range(5):
-                    self.consumer.poll(0.1)
-            self.consumer.close()
+            self._leave(self.consumer)
             self.consumer = None
 
-    def abandon(self) -> Consumer | None:
-        """Stop taking part without leaving: the consumer is handed back, to be kept open until the process
+    def abandon(self) -> list[Consumer]:
+        """Stop taking part without leaving: the consumers are handed back, to be kept open until the process
         exits (see Gateway.shutdown for why)."""
-        consumer, self.consumer = self.consumer, None
-        return consumer
+        out = [seat.consumer for seat in self.adopted.values()]
+        self.adopted.clear()
+        if self.consumer is not None:
+            out.append(self.consumer)
+        self.consumer = None
+        return out

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import kafka
+from .. import discovery, kafka
 from ..applier import OffsetPreservingWriter, origin_of_tail, replica_tail
 from ..divergence import Divergence, Tail, check, compare, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -50,6 +50,7 @@ def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = No
     """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
     the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py.
     `on_lost(cluster name)` is called (from within its consume) when it lost its connection to a broker."""
+    discovery.learn_cached(cluster)
     extra: dict[str, Any] = {
         "fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster),
         "queued.min.messages": 200000,

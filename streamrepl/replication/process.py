@@ -14,7 +14,7 @@ import signal
 import sys
 from types import FrameType
 
-from .. import kafka, settings
+from .. import settings
 from ..errors import PermissionDenied
 from ..registry import Registry
 from .gateway import Gateway
@@ -32,7 +32,7 @@ def run_foreground(
 ) -> None:
     settings.check()
     gw = Gateway(reg, cluster, gateway_id, settings.gateway(), parent_id=parent_id)
-    gw.leave_group = kafka.leaves_group_safely(reg.get(cluster))
+    gw.discover = True  # what the brokers do is probed (or read from the cluster's cache) before the group is joined
     if metrics is not None:
         gw.serve_metrics(*metrics)
 

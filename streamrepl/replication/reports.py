@@ -33,6 +33,7 @@ class StatusReports:
         plan: Callable[[], Plan | None],
         producer: Callable[[], Producer],
         parent_id: str | None = None,
+        seats: Callable[[], list[str]] = list,
     ):
         self.gateway_id = gateway_id
         self.parent_id = parent_id
@@ -41,6 +42,7 @@ class StatusReports:
         self._slots = slots
         self._plan = plan
         self._producer = producer
+        self._seats = seats
 
     def unit(self, unit: Unit, state: str, error: str = "") -> None:
         units = self.partitions.units
@@ -72,6 +74,7 @@ class StatusReports:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "slots": sorted(self._slots()),
+            "seats": self._seats(),
             "units": sorted(u.key for u in self.partitions.units),
             "applied": self.stats.records_applied,
             "errors": len(self.partitions.errored),

@@ -58,6 +58,8 @@ class GatewayStats:
     bytes_by_link: dict[str, int] = field(default_factory=dict)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     rebalances: int = 0
+    #: seats of dead gateways this one took in the slot group (membership.SlotGroup.adopt_dead)
+    seats_adopted: int = 0
     failures: int = 0
     #: partitions stopped because their source's history changed under the replica (divergence.py)
     divergences: int = 0
