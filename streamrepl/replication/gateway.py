@@ -37,6 +37,7 @@ from .partitions import Partitions, source_consumer
 from .plan import Planner
 from .quiet import EndWatch, QuietFeeds, end_watch
 from .reports import REPORT_SECONDS, StatusReports
+from .stallwatch import StallWatch
 from .stats import GatewayStats
 from .watcher import PlanWatcher
 
@@ -124,6 +125,8 @@ class Gateway:
         #: why the gateway stopped serving, when the gateway list stopped it ("" otherwise)
         self.refused = ""
         self.cursor_sync: CursorSyncProcess | None = None
+        #: a freeze longer than a third of the session throws the writes away (stallwatch.py)
+        self.stall_watch = StallWatch(self.tuning.session_ms / 3000)
         self.metrics: MetricsServer | None = None
         #: leave the group on stop (LeaveGroup); None: as the broker allows (kafka.leaves_group_safely, decided at the
         #: stop); False: run_foreground() exits the process instead (see shutdown())
@@ -279,6 +282,7 @@ class Gateway:
         self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
         self._replan = True
         self.watcher.start()
+        self.stall_watch.start()
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
         next_seat_check = time.monotonic() + SEAT_CHECK_SECONDS
@@ -293,6 +297,12 @@ class Gateway:
                 if self.allow_list.refusal:
                     self.refused = self.allow_list.refusal
                     break
+                frozen = self.stall_watch.take()
+                if frozen and self.partitions.units:
+                    self.mover.restart_writes(
+                        f"this gateway stood still for {frozen:.1f} s (frozen, or starved of CPU), long enough for its"
+                        " slots to have moved to another gateway"
+                    )
                 self.group.poll()  # drives heartbeats and rebalances
                 if self.group.static and now >= next_seat_check:
                     next_seat_check = now + SEAT_CHECK_SECONDS
@@ -323,6 +333,7 @@ class Gateway:
             self.shutdown()
 
     def shutdown(self) -> None:
+        self.stall_watch.stop()
         self.watcher.stop()
         self.allow_list.stop()
         if self.cursor_sync is not None:

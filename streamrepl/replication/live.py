@@ -39,6 +39,8 @@ def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
             "lastseen": round((now_ms - rep.get("updated", 0)) / 1000, 1),
             "replicates": " ".join(units),
         }
+        if rep.get("seats"):
+            row["seats"] = rep["seats"]  # dead gateways' seats it took in the slot group (-json only)
         if rep.get("parent"):
             row["parent"] = rep["parent"]  # a worker of `gateway start -workers` (not a column: -json shows it)
         rows.append(row)

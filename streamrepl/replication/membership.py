@@ -35,6 +35,8 @@ log = logging.getLogger("streamrepl.gateway")
 
 SLOT_TOPIC = "__streamrepl_gateway_slots"
 SLOTS = 64
+#: a static member's join that got no assignment for two sessions and this much more is made again (_join_stuck)
+JOIN_PATIENCE_SECONDS = 5.0
 
 
 def slot_of(unit: Unit) -> int:
@@ -64,6 +66,8 @@ class Seat:
         self.instance = instance
         self.consumer = consumer
         self.slots: set[int] = set()
+        #: the group has assigned this seat something (an empty assignment too) since it joined
+        self.assigned = False
 
 
 class SlotGroup:
@@ -103,6 +107,7 @@ class SlotGroup:
         #: the seats of dead gateways this one adopted (instance id -> seat)
         self.adopted: dict[str, Seat] = {}
         self._own = Seat(gateway_id, None)  # type: ignore[arg-type]
+        self._joined_at = 0.0
         self._on_assigned = on_assigned
         self._on_give_up = on_give_up
         self._new_consumer = new_consumer
@@ -134,9 +139,32 @@ class SlotGroup:
         self.static = kafka.honours_static_membership(self.cluster)
         self.consumer = self._seat_consumer(self._own, self.gateway_id)
         self._own.consumer = self.consumer
+        self._own.assigned = False
+        self._joined_at = time.monotonic()
+
+    def _join_stuck(self) -> bool:
+        """A static member whose join got no assignment at all (not even an empty one) for two sessions and a few
+        seconds. Seen on noida-db with three gateways joining within a second (1 start in 3): the group formed
+        without one of them, whose join then waited for good behind a member the coordinator kept for it. A new
+        consumer under the same instance id takes that member's place (a static member's return), as it does a dead
+        gateway's (see adopt_dead)."""
+        return (
+            self.static
+            and not self._own.assigned
+            and time.monotonic() - self._joined_at > 2 * self.session_ms / 1000 + JOIN_PATIENCE_SECONDS
+        )
 
     def poll(self) -> None:
         """Drives heartbeats and rebalances (the callbacks run in here)."""
+        if self.consumer is not None and self._join_stuck():
+            log.warning(
+                "gateway %s: its join of the slot group got no answer in %.0f s; joining again under its id",
+                self.gateway_id,
+                time.monotonic() - self._joined_at,
+            )
+            with contextlib.suppress(Exception):
+                self.consumer.close()
+            self.join()
         if self.consumer is not None:
             err = self._poll(self.consumer)
             if err is not None:
@@ -243,6 +271,7 @@ class SlotGroup:
     # subclass" after its destination broker crashed). So nothing escapes them; what fails is logged.
     def _on_assign(self, seat: Seat, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
+        seat.assigned = True
         seat.slots = {tp.partition for tp in parts}
         self.slots = self._own.slots.union(*(s.slots for s in self.adopted.values()))
         log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
