@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
+import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,3 +196,79 @@ def test_broker_that_fails_to_start_reports_its_log(
     with pytest.raises(Unreachable, match="address already in use"):
         local.up(["alpha"], state_dir, broker="tansu")
     assert local.status(state_dir) == []
+
+
+def _time_wait_ports() -> set[int]:
+    """Local ports on loopback with a connection in TIME_WAIT (state 06 of /proc/net/tcp)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local_addr, state = line.split()[1], line.split()[3]
+        if state == "06" and local_addr.startswith("0100007F:"):
+            out.add(int(local_addr.split(":")[1], 16))
+    return out
+
+
+def _connected(port: int) -> socket.socket:
+    """A client connection the broker has accepted and answered (an ApiVersions v0 request): one still in the listen
+    queue is reset, not closed, when the broker dies, and leaves no TIME_WAIT."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+    conn.sendall(struct.pack(">ihhih", 10, 18, 0, 1, -1))
+    (size,) = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))
+    # All of it: a close with unread data resets the connection too.
+    assert len(conn.recv(size, socket.MSG_WAITALL)) == size
+    return conn
+
+
+def _left_in_time_wait(ports: set[int], conns: list[socket.socket]) -> None:
+    """Close our side of connections a stopped broker closed first: its port is then in TIME_WAIT."""
+    for c in conns:
+        assert c.recv(1) == b"", "the broker did not close the connection"  # its side first
+        c.close()
+    deadline = time.monotonic() + 30
+    while not ports <= _time_wait_ports():
+        assert time.monotonic() < deadline, f"ports {ports - _time_wait_ports()} not in TIME_WAIT"
+        time.sleep(0.1)
+
+
+def test_up_after_down_comes_back_on_the_same_ports_despite_time_wait(state_dir: Path) -> None:
+    """Running gateways keep the bootstrap they read: `up` after `down` must bring each cluster back where it was.
+    It took new ports when clients had been connected (the broker closes first, so its port is in TIME_WAIT)."""
+    brokers = local.up(["alpha", "beta"], state_dir)
+    conns = [_connected(b.port) for b in brokers]
+    assert sorted(local.down(state_dir)) == ["alpha", "beta"]
+    _left_in_time_wait({b.port for b in brokers}, conns)
+    again = local.up(["alpha", "beta"], state_dir)
+    assert [b.port for b in again] == [b.port for b in brokers]
+    assert all(a.pid != b.pid for a, b in zip(again, brokers, strict=True))
+    registry = yaml.safe_load(local.registry_path(state_dir).read_text())
+    assert [c["bootstrap.servers"] for c in registry["clusters"].values()] == [b.bootstrap for b in brokers]
+    for b in again:
+        _round_trip(b.bootstrap)
+
+
+def test_up_after_a_crash_comes_back_on_the_same_port_despite_time_wait(state_dir: Path) -> None:
+    (old,) = local.up(["alpha"], state_dir)
+    conn = _connected(old.port)
+    os.kill(old.pid, signal.SIGKILL)
+    _left_in_time_wait({old.port}, [conn])
+    assert local.status(state_dir)[0]["running"] is False
+    (new,) = local.up(["alpha"], state_dir)
+    assert (new.port, new.bootstrap) == (old.port, old.bootstrap) and new.pid != old.pid
+    _round_trip(new.bootstrap)
+
+
+def test_a_port_another_program_took_is_replaced_and_said(state_dir: Path) -> None:
+    (old,) = local.up(["alpha"], state_dir)
+    local.down(state_dir)
+    said: list[str] = []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", old.port))
+        squatter.listen()
+        (new,) = local.up(["alpha"], state_dir, warn=said.append)
+    assert new.port != old.port
+    assert len(said) == 1 and f"127.0.0.1:{old.port}" in said[0] and new.bootstrap in said[0], said
+    _round_trip(new.bootstrap)
+    # The new port is the one remembered from now on.
+    local.down(state_dir)
+    (again,) = local.up(["alpha"], state_dir)
+    assert again.port == new.port

@@ -63,7 +63,7 @@ def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
-    brokers = embedded.up(names, _made(_dir(dir)), broker)
+    brokers = embedded.up(names, _made(_dir(dir)), broker, warn=lambda m: click.echo(f"warning: {m}", err=True))
     reg = embedded.registry_path(_dir(dir))
     output(
         [
