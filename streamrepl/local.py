@@ -102,15 +102,57 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: The fields of a state.json record and their types (the cluster is the record's key).
+_FIELDS: dict[str, type] = {"port": int, "pid": int, "log": str, "broker": str}
+_REQUIRED = ("port", "pid", "log")
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _record_problem(rec: Any) -> str:
+    """What is wrong with one record of state.json ("" if nothing)."""
+    if not isinstance(rec, dict):
+        return f"is {_json_type(rec)}, not an object"
+    for name in _REQUIRED:
+        if name not in rec:
+            return f"has no {name}"
+    for name, value in rec.items():
+        want = _FIELDS.get(name)
+        if want is None:
+            return f"has an unknown field '{name}'"
+        if not isinstance(value, want) or isinstance(value, bool):
+            return f"has {name} {json.dumps(value)}, not {'an integer' if want is int else 'a string'}"
+    if rec.get("broker", "tansu") not in KINDS:
+        return f"has broker {json.dumps(rec['broker'])}, not {' or '.join(KINDS)}"
+    return ""
+
+
 def _load(state_dir: Path) -> dict[str, LocalBroker]:
+    path = state_dir / "state.json"
     try:
-        raw: dict[str, dict[str, Any]] = json.loads((state_dir / "state.json").read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return {}
-    brokers = {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
-    for b in brokers.values():
-        kind(b.broker)  # a hand-edited record naming no known broker is an error, not a KeyError later
-    return brokers
+    problem = ""
+    try:
+        raw = json.loads(text)
+    except ValueError as e:  # JSONDecodeError, and bytes that are not UTF-8
+        problem = f"invalid JSON: {e}"
+    else:
+        if not isinstance(raw, dict):
+            problem = f"it is {_json_type(raw)}, not an object of clusters"
+        else:
+            problem = next((f"cluster '{name}' {p}" for name, rec in raw.items() if (p := _record_problem(rec))), "")
+    if problem:
+        # Hand-edited or damaged: which brokers it started is unknown, so nothing is guessed or overwritten.
+        raise InvalidArgument(
+            f"state file {path} is not one `local up` wrote ({problem}): stop the brokers it started by hand"
+            " (see `ps`), then remove it"
+        )
+    return {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
 
 
 def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
@@ -256,6 +298,11 @@ def up(
     if asked is None:
         kind()  # a bad $STREAMREPL_LOCAL_BROKER is an error even when every cluster already runs
     sd = Path(state_dir or default_state_dir())
+    # Only now: a refused `up` leaves no directory behind.
+    try:
+        sd.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidArgument(f"cannot create the directory {sd} ({e.strerror}); give a writable -dir") from None
     with _locked(sd):
         state = _load(sd)
         last_ports = _remembered_ports(sd)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from support.cli import one_error_line, run_cli
 
 from streamrepl import local
 from streamrepl.errors import InvalidArgument, NotFound, Unreachable
@@ -272,3 +273,49 @@ def test_a_port_another_program_took_is_replaced_and_said(state_dir: Path) -> No
     local.down(state_dir)
     (again,) = local.up(["alpha"], state_dir)
     assert again.port == new.port
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("-broker", "bogus"), ("-broker", ""), ("-clusters", "a b")],
+    ids=["bogus-broker", "empty-broker", "bad-name"],
+)
+def test_refused_up_leaves_no_state_directory(tmp_path: Path, args: tuple[str, str]) -> None:
+    sd = tmp_path / "new" / "local"
+    run = run_cli("local", "up", "-dir", sd, *args)
+    assert run.code == 1
+    assert "unknown broker" in one_error_line(run) or "invalid cluster name" in one_error_line(run)
+    assert not (tmp_path / "new").exists()
+    run = run_cli("local", "up", "-dir", sd, env={"STREAMREPL_LOCAL_BROKER": "bogus"})
+    assert "STREAMREPL_LOCAL_BROKER" in one_error_line(run)
+    assert not (tmp_path / "new").exists()
+
+
+MALFORMED_STATES = {
+    "not-json": ("{not json", "invalid JSON"),
+    "a-list": ("[1, 2]", "an array, not an object"),
+    "record-not-object": ('{"a": 5}', "cluster 'a'"),
+    "port-string": ('{"a": {"port": "x", "pid": 1, "log": "l"}}', "port"),
+    "pid-missing": ('{"a": {"port": 1, "log": "l"}}', "pid"),
+    "pid-bool": ('{"a": {"port": 1, "pid": true, "log": "l"}}', "pid"),
+    "unknown-field": ('{"a": {"port": 1, "pid": 1, "log": "l", "colour": 1}}', "colour"),
+    "broker-number": ('{"a": {"port": 1, "pid": 1, "log": "l", "broker": 3}}', "broker"),
+    "broker-unknown": ('{"a": {"port": 1, "pid": 1, "log": "l", "broker": "kafka"}}', 'broker "kafka"'),
+}
+
+
+@pytest.mark.parametrize("verb", ["status", "down", "up"])
+@pytest.mark.parametrize("case", MALFORMED_STATES, ids=list(MALFORMED_STATES))
+def test_a_malformed_state_file_is_one_clear_line(tmp_path: Path, verb: str, case: str) -> None:
+    text, what = MALFORMED_STATES[case]
+    sd = tmp_path / "local"
+    sd.mkdir()
+    (sd / "state.json").write_text(text)
+    args = ["local", verb, "-dir", sd, *(["-clusters", "a"] if verb == "up" else [])]
+    line = one_error_line(run_cli(*args))
+    assert line.startswith(f"ERROR (22) - local {verb}: ") and str(sd / "state.json") in line, line
+    assert what in line and "remove it" in line and "unexpected" not in line, line
+    doc = run_cli(*args, "-json").json()
+    assert doc["status"] == "ERROR" and what in doc["errors"][0]["desc"], doc
+    assert (sd / "state.json").read_text() == text
+    assert {p.name for p in sd.iterdir()} <= {".lock", "state.json"}

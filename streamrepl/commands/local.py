@@ -26,15 +26,6 @@ def _dir(d: str | None) -> Path:
     return path
 
 
-def _made(path: Path) -> Path:
-    """The state directory, created if need be: a place where that is impossible is the user's to change."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InvalidArgument(f"cannot create the directory {path} ({e.strerror}); give a writable -dir") from None
-    return path
-
-
 @local.command("up", context_settings=CONTEXT_SETTINGS)
 @opt(
     "clusters",
@@ -63,7 +54,7 @@ def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
-    brokers = embedded.up(names, _made(_dir(dir)), broker, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    brokers = embedded.up(names, _dir(dir), broker, warn=lambda m: click.echo(f"warning: {m}", err=True))
     reg = embedded.registry_path(_dir(dir))
     output(
         [
