@@ -17,7 +17,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.cli import one_error_line, run_cli
+from support.cli import STREAMREPL_BIN, one_error_line, run_cli
 
 from streamrepl import local
 from streamrepl.errors import InvalidArgument, NotFound, Unreachable
@@ -319,3 +319,31 @@ def test_a_malformed_state_file_is_one_clear_line(tmp_path: Path, verb: str, cas
     assert doc["status"] == "ERROR" and what in doc["errors"][0]["desc"], doc
     assert (sd / "state.json").read_text() == text
     assert {p.name for p in sd.iterdir()} <= {".lock", "state.json"}
+
+
+def test_up_prints_only_shell_lines_on_stdout_so_that_eval_works(tmp_path: Path) -> None:
+    sd = tmp_path / "a dir; with $pecial 'chars'" / "local"
+    try:
+        script = f'eval "$({STREAMREPL_BIN} local up -clusters alpha -dir "$1")" && printf %s "$STREAMREPL_CLUSTERS"'
+        p = subprocess.run(["bash", "-c", script, "bash", str(sd)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p
+        assert p.stdout == str(local.registry_path(sd)), p
+        (alpha,) = local.status(sd)
+        # The table goes to stderr, for the eye.
+        assert p.stderr.splitlines()[0].split("\t")[:3] == ["cluster", "broker", "bootstrap"], p.stderr
+        assert alpha["bootstrap"] in p.stderr
+        # -json and -noheader are for programs: what they ask for on stdout, as before.
+        doc = json.loads(
+            subprocess.run(
+                [STREAMREPL_BIN, "local", "up", "-clusters", "alpha", "-dir", sd, "-json"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            ).stdout
+        )
+        assert [r["bootstrap"] for r in doc["data"]] == [alpha["bootstrap"]]
+        rows = run_cli("local", "up", "-clusters", "alpha", "-dir", sd, "-noheader")
+        assert rows.code == 0 and rows.stdout.split("\t")[:3] == ["alpha", alpha["broker"], alpha["bootstrap"]], rows
+    finally:
+        local.down(sd)

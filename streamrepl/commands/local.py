@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument
-from .common import handles_errors, opt, output
+from .common import app, handles_errors, opt, output
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -48,7 +50,14 @@ def _dir(d: str | None) -> Path:
 )
 @handles_errors(registry_option=False)
 def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
-    """Start one broker per cluster (or reuse the running ones) and write their registry."""
+    """Start one broker per cluster (or reuse the running ones) and write their registry.
+
+    A cluster comes back on the port it last ran on, also after `local down`, so that running gateways and
+    configs find it again; when another program holds that port, it gets a new one and a warning says so.
+
+    Only the shell line `export STREAMREPL_CLUSTERS=...` goes to stdout, so that `eval "$(streamrepl local up)"`
+    sets it, and the table to stderr; with -json or -noheader the rows go to stdout and the line to stderr.
+    """
     from .. import local as embedded
 
     names = [n.strip() for n in clusters.split(",") if n.strip()]
@@ -56,13 +65,19 @@ def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
     brokers = embedded.up(names, _dir(dir), broker, warn=lambda m: click.echo(f"warning: {m}", err=True))
     reg = embedded.registry_path(_dir(dir))
-    output(
-        [
-            {"cluster": b.cluster, "broker": b.broker, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
-            for b in brokers
-        ]
-    )
-    click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
+    rows = [
+        {"cluster": b.cluster, "broker": b.broker, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
+        for b in brokers
+    ]
+    export = f"export STREAMREPL_CLUSTERS={shlex.quote(str(reg))}"
+    mode = app().mode
+    if mode.json or mode.noheader:
+        output(rows)  # for programs, on stdout as every command's
+        click.echo(export, err=True)
+    else:
+        # Only shell lines on stdout, so that `eval "$(streamrepl local up)"` works; the table is for the eye.
+        output(rows, out=sys.stderr)
+        click.echo(export)
 
 
 #: maprcli prints the header of an empty answer too: scripts that read columns by name depend on it.
