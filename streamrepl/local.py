@@ -125,6 +125,10 @@ def _record_problem(rec: Any) -> str:
             return f"has an unknown field '{name}'"
         if not isinstance(value, want) or isinstance(value, bool):
             return f"has {name} {json.dumps(value)}, not {'an integer' if want is int else 'a string'}"
+    if not 0 < rec["port"] < 65536:
+        return f"has port {rec['port']}, not one from 1 to 65535"
+    if rec["pid"] < 1:
+        return f"has pid {rec['pid']}, not a process id"
     if rec.get("broker", "tansu") not in KINDS:
         return f"has broker {json.dumps(rec['broker'])}, not {' or '.join(KINDS)}"
     return ""
@@ -132,20 +136,27 @@ def _record_problem(rec: Any) -> str:
 
 def _load(state_dir: Path) -> dict[str, LocalBroker]:
     path = state_dir / "state.json"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
     problem = ""
     try:
-        raw = json.loads(text)
-    except ValueError as e:  # JSONDecodeError, and bytes that are not UTF-8
+        raw = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        problem = f"cannot be read: {e.strerror}"
+    except ValueError as e:  # JSONDecodeError, and bytes that are no Unicode
         problem = f"invalid JSON: {e}"
     else:
         if not isinstance(raw, dict):
             problem = f"it is {_json_type(raw)}, not an object of clusters"
         else:
-            problem = next((f"cluster '{name}' {p}" for name, rec in raw.items() if (p := _record_problem(rec))), "")
+            problem = next(
+                (
+                    f"cluster '{name[:40]}' {p}"
+                    for name, rec in raw.items()
+                    if (p := "is not a valid cluster name" if not _NAME_RE.fullmatch(name) else _record_problem(rec))
+                ),
+                "",
+            )
     if problem:
         # Hand-edited or damaged: which brokers it started is unknown, so nothing is guessed or overwritten.
         raise InvalidArgument(

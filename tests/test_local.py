@@ -300,6 +300,10 @@ MALFORMED_STATES = {
     "pid-bool": ('{"a": {"port": 1, "pid": true, "log": "l"}}', "pid"),
     "unknown-field": ('{"a": {"port": 1, "pid": 1, "log": "l", "colour": 1}}', "colour"),
     "broker-number": ('{"a": {"port": 1, "pid": 1, "log": "l", "broker": 3}}', "broker"),
+    "port-too-big": ('{"a": {"port": 70000, "pid": 1, "log": "l"}}', "port 70000"),
+    "pid-zero": ('{"a": {"port": 1, "pid": 0, "log": "l"}}', "pid 0"),
+    "bad-name": ('{"a b": {"port": 1, "pid": 1, "log": "l"}}', "'a b' is not a valid cluster name"),
+    "not-utf8": ('{"\udcff": 1}', "invalid JSON"),
     "broker-unknown": ('{"a": {"port": 1, "pid": 1, "log": "l", "broker": "kafka"}}', 'broker "kafka"'),
 }
 
@@ -310,14 +314,14 @@ def test_a_malformed_state_file_is_one_clear_line(tmp_path: Path, verb: str, cas
     text, what = MALFORMED_STATES[case]
     sd = tmp_path / "local"
     sd.mkdir()
-    (sd / "state.json").write_text(text)
+    (sd / "state.json").write_bytes(text.encode(errors="surrogateescape"))
     args = ["local", verb, "-dir", sd, *(["-clusters", "a"] if verb == "up" else [])]
     line = one_error_line(run_cli(*args))
     assert line.startswith(f"ERROR (22) - local {verb}: ") and str(sd / "state.json") in line, line
     assert what in line and "remove it" in line and "unexpected" not in line, line
     doc = run_cli(*args, "-json").json()
     assert doc["status"] == "ERROR" and what in doc["errors"][0]["desc"], doc
-    assert (sd / "state.json").read_text() == text
+    assert (sd / "state.json").read_bytes() == text.encode(errors="surrogateescape")
     assert {p.name for p in sd.iterdir()} <= {".lock", "state.json"}
 
 
