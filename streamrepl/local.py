@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +35,8 @@ from .logtail import log_tail
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
+#: In the state directory: the port each cluster last ran on (state.json forgets a cluster at `down`).
+PORTS_FILE = "ports.json"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Brokers this process started, kept so Popen does not warn and so their exit status can be collected.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -99,15 +101,68 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: The fields of a state.json record and their types (the cluster is the record's key).
+_FIELDS: dict[str, type] = {"port": int, "pid": int, "log": str, "broker": str}
+_REQUIRED = ("port", "pid", "log")
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _record_problem(rec: Any) -> str:
+    """What is wrong with one record of state.json ("" if nothing)."""
+    if not isinstance(rec, dict):
+        return f"is {_json_type(rec)}, not an object"
+    for name in _REQUIRED:
+        if name not in rec:
+            return f"has no {name}"
+    for name, value in rec.items():
+        want = _FIELDS.get(name)
+        if want is None:
+            return f"has an unknown field '{name}'"
+        if not isinstance(value, want) or isinstance(value, bool):
+            return f"has {name} {json.dumps(value)}, not {'an integer' if want is int else 'a string'}"
+    if not 0 < rec["port"] < 65536:
+        return f"has port {rec['port']}, not one from 1 to 65535"
+    if rec["pid"] < 1:
+        return f"has pid {rec['pid']}, not a process id"
+    if rec.get("broker", "tansu") not in KINDS:
+        return f"has broker {json.dumps(rec['broker'])}, not {' or '.join(KINDS)}"
+    return ""
+
+
 def _load(state_dir: Path) -> dict[str, LocalBroker]:
+    path = state_dir / "state.json"
+    problem = ""
     try:
-        raw: dict[str, dict[str, Any]] = json.loads((state_dir / "state.json").read_text())
+        raw = json.loads(path.read_bytes())
     except FileNotFoundError:
         return {}
-    brokers = {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
-    for b in brokers.values():
-        kind(b.broker)  # a hand-edited record naming no known broker is an error, not a KeyError later
-    return brokers
+    except OSError as e:
+        problem = f"cannot be read: {e.strerror}"
+    except ValueError as e:  # JSONDecodeError, and bytes that are no Unicode
+        problem = f"invalid JSON: {e}"
+    else:
+        if not isinstance(raw, dict):
+            problem = f"it is {_json_type(raw)}, not an object of clusters"
+        else:
+            problem = next(
+                (
+                    f"cluster '{name[:40]}' {p}"
+                    for name, rec in raw.items()
+                    if (p := "is not a valid cluster name" if not _NAME_RE.fullmatch(name) else _record_problem(rec))
+                ),
+                "",
+            )
+    if problem:
+        # Hand-edited or damaged: which brokers it started is unknown, so nothing is guessed or overwritten.
+        raise InvalidArgument(
+            f"state file {path} is not one `local up` wrote ({problem}): stop the brokers it started by hand"
+            " (see `ps`), then remove it"
+        )
+    return {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
 
 
 def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
@@ -130,6 +185,10 @@ def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
 
 def _bindable(port: int) -> int | None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        if port:
+            # As the brokers bind (Tansu and noida-db both set SO_REUSEADDR): connections a stopped broker left in
+            # TIME_WAIT do not keep it from its port, only a live listener (or a connection from it) does.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -138,8 +197,8 @@ def _bindable(port: int) -> int | None:
 
 
 def _free_port(taken: set[int], prefer: int | None = None) -> int:
-    # Restarting a dead cluster on its old port keeps registries and configs that name it valid.
-    if prefer and _bindable(prefer):
+    # Restarting a cluster on its old port keeps registries, configs and running gateways that name it valid.
+    if prefer and prefer not in taken and _bindable(prefer):
         taken.add(prefer)
         return prefer
     for _ in range(50):
@@ -149,6 +208,24 @@ def _free_port(taken: set[int], prefer: int | None = None) -> int:
             taken.add(port)
             return port
     raise Unreachable("no free loopback port found for a local broker")
+
+
+def _remembered_ports(state_dir: Path) -> dict[str, int]:
+    """The port each cluster last ran on, kept across `down` so that `up` brings it back there. Only a preference:
+    an unreadable file (written by hand) is taken as empty and written anew."""
+    try:
+        raw = json.loads((state_dir / PORTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536}
+
+
+def _remember_ports(state_dir: Path, brokers: Iterable[LocalBroker]) -> None:
+    ports = _remembered_ports(state_dir)
+    ports.update({b.cluster: b.port for b in brokers})
+    _atomic_write(state_dir / PORTS_FILE, json.dumps(ports, indent=2) + "\n")
 
 
 def _start(broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -216,22 +293,36 @@ def _kind_for(name: str, old: LocalBroker | None, asked: BrokerKind | None, stat
 
 
 def up(
-    clusters: list[str] | None = None, state_dir: Path | None = None, broker: str | None = None
+    clusters: list[str] | None = None,
+    state_dir: Path | None = None,
+    broker: str | None = None,
+    warn: Callable[[str], None] = lambda message: None,
 ) -> list[LocalBroker]:
     """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked.
 
     `broker` (tansu or noida) is the kind to start; without it a cluster comes back on the broker it had
-    or whose data this state directory keeps, and a new one gets $STREAMREPL_LOCAL_BROKER's.
+    or whose data this state directory keeps, and a new one gets $STREAMREPL_LOCAL_BROKER's. A cluster that ran
+    before (even if `down` stopped it) comes back on its port; when another program holds that port, it gets a new
+    one and `warn` is told, as whatever still dials the old port (gateways, configs) must be restarted.
     """
     names = _validate(clusters or DEFAULT_CLUSTERS)
     asked = kind(broker) if broker is not None else None
     if asked is None:
         kind()  # a bad $STREAMREPL_LOCAL_BROKER is an error even when every cluster already runs
     sd = Path(state_dir or default_state_dir())
+    # Only now: a refused `up` leaves no directory behind.
+    try:
+        sd.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidArgument(f"cannot create the directory {sd} ({e.strerror}); give a writable -dir") from None
     with _locked(sd):
         state = _load(sd)
-        taken = {b.port for b in state.values()}
+        last_ports = _remembered_ports(sd)
+        # Ports other clusters have (or come back to) are not given to these; each of these may take its own back.
+        ports = {**last_ports, **{n: b.port for n, b in state.items()}}
+        taken = {p for n, p in ports.items() if n not in names}
         started: list[tuple[subprocess.Popen[bytes], LocalBroker]] = []
+        moved: list[str] = []
         try:
             for name in names:
                 old = state.get(name)
@@ -243,7 +334,13 @@ def up(
                         )
                     continue
                 broker_kind = _kind_for(name, old, asked, sd)
-                port = _free_port(taken, prefer=old.port if old else None)
+                prefer = old.port if old else last_ports.get(name)
+                port = _free_port(taken, prefer)
+                if prefer and port != prefer:
+                    moved.append(
+                        f"local cluster '{name}' was on 127.0.0.1:{prefer}, which another program now holds; it runs"
+                        f" on 127.0.0.1:{port} instead: restart the gateways and clients that still dial {prefer}"
+                    )
                 log = sd / "logs" / f"{name}.log"
                 proc = _start(broker_kind, name, port, sd, log)
                 started.append((proc, LocalBroker(name, port, proc.pid, str(log), broker_kind.name)))
@@ -260,6 +357,9 @@ def up(
             _CHILDREN[proc.pid] = proc
             state[new.cluster] = new
         _save(sd, state)
+        _remember_ports(sd, state.values())
+        for message in moved:
+            warn(message)
         return [state[name] for name in names]
 
 
@@ -310,7 +410,9 @@ def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> li
     with _locked(sd):
         state = _load(sd)
         names = _validate(clusters) if clusters else list(state)
-        ours = [b for b in (state.pop(name, None) for name in names) if b and _is_ours(b)]
+        dropped = [b for b in (state.pop(name, None) for name in names) if b]
+        _remember_ports(sd, dropped)
+        ours = [b for b in dropped if _is_ours(b)]
         if ours:
             metastore.close_clients()  # a Tansu broker waits for its connected clients before it stops
         _stop_all(ours)

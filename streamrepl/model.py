@@ -26,6 +26,9 @@ class ReplicaState(enum.StrEnum):
     REPLICATING = "REPLICA_STATE_REPLICATING"
     ERROR = "REPLICA_STATE_ERROR"
     WAITING_FOR_UPSTREAM = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
+    #: nothing applies (some of) its partitions: no gateway of the replica's cluster is live, or the one that held
+    #: them stopped reporting and no live one took them over (`replica list` works it out, like the two above)
+    WAITING_FOR_GATEWAY = "REPLICA_STATE_WAITING_FOR_GATEWAY"
     #: autosetup registered the replica and has not started the copy yet
     CREATE_SCHEDULE = "REPLICA_STATE_CREATE_SCHEDULE"
     #: autosetup's copy owns the link: gateways leave it alone

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 
 @dataclass
@@ -81,18 +81,22 @@ def envelope(rows: Sequence[dict]) -> dict:
     }
 
 
-def emit(rows: Iterable[dict], mode: OutputMode, columns: Sequence[str] | None = None) -> None:
+def emit(
+    rows: Iterable[dict], mode: OutputMode, columns: Sequence[str] | None = None, out: TextIO | None = None
+) -> None:
+    """`rows` on `out` (default: stdout) as `mode` says."""
+    out = out or sys.stdout
     rows = list(rows)
     if mode.json:
-        sys.stdout.write(json.dumps(envelope(rows), indent=1, default=str) + "\n")
+        out.write(json.dumps(envelope(rows), indent=1, default=str) + "\n")
         return
     cols = columns_of(rows, columns)
-    if mode.noheader or not sys.stdout.isatty():
+    if mode.noheader or not out.isatty():
         # maprcli's tabular output is tab-separated: what scripts `cut` and `awk`.
         if not mode.noheader and cols:
-            sys.stdout.write("\t".join(cols) + "\n")
+            out.write("\t".join(cols) + "\n")
         for r in rows:
-            sys.stdout.write("\t".join(_cell(r.get(c)) for c in cols) + "\n")
+            out.write("\t".join(_cell(r.get(c)) for c in cols) + "\n")
         return
     if not cols:
         return
@@ -104,7 +108,7 @@ def emit(rows: Iterable[dict], mode: OutputMode, columns: Sequence[str] | None =
         table.add_column(c, overflow="fold")
     for r in rows:
         table.add_row(*(_cell(r.get(c)) for c in cols))
-    Console().print(table)
+    Console(file=out).print(table)
 
 
 def error_envelope(code: int, desc: str) -> dict:

@@ -13,7 +13,8 @@ from .metastore import MetaStore
 from .model import Replica, ReplicaState, Stream
 from .paths import StreamPath, kafka_topic_name
 from .registry import Cluster, Registry
-from .statustopic import no_gateway_error, read, stalled_error
+from .replication.links import RUNNING_STATES, Unit
+from .statustopic import no_gateway_error, read, stalled_error, unheld
 
 BYTES_SAMPLE = 20000
 
@@ -108,18 +109,29 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
                 row["minPendingTS"] = oldest
             row["maxPendingTS"] = max(row["maxPendingTS"], newest)
     reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
-    stalled = ""
-    if agreed and not entry.paused and not row["lasterror"]:
-        gateways = read(dst_cluster, "gateway|")  # one read of the status topic serves both checks
-        row["lasterror"] = no_gateway_error(dst_cluster, gateways)
-        if not row["lasterror"]:
-            stalled = row["lasterror"] = stalled_error(gateways, reports, set(pairs))
+    # Gateways apply a link that is agreed, not paused, and not owned by autosetup's copy.
+    applied = agreed and not entry.paused and entry.state in RUNNING_STATES
+    held = False  # by live gateways, every partition of the link
+    if agreed and not entry.paused:
+        gateways = read(dst_cluster, "gateway|")  # one read of the status topic serves every check
+        waiting = no_gateway_error(dst_cluster, gateways)
+        if applied and not waiting:
+            waiting = stalled_error(dst_cluster, gateways, reports, set(pairs))
+        if waiting:
+            row["lasterror"] = waiting  # before a warning about topics: nothing is replicated at all
+            if applied:
+                row["replicaState"] = str(ReplicaState.WAITING_FOR_GATEWAY)
+        elif applied:
+            units = [Unit(dst_path, t, p).key for t, p in pairs if not srec.topics[t].deleting]
+            held = not unheld(gateways, units)
     errors = _partition_errors(reports)
     if errors:
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = errors[0].get("error", "")
         row["errorPartitions"] = len(errors)
-    row["isUptodate"] = agreed and not errors and not unadopted and not stalled and row["putsPending"] == 0
+    # Up to date: nothing pending, and a live gateway holds every partition (or the link is paused on purpose).
+    caught_up = not errors and not unadopted and row["putsPending"] == 0
+    row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
 
 

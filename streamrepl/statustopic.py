@@ -101,8 +101,19 @@ def wait_released(holders: dict[str, tuple[Cluster, list[str]]], timeout: float 
         time.sleep(0.3)
 
 
+def unheld(gateways: dict[str, dict[str, Any]], units: list[str]) -> list[str]:
+    """The units of `units` (`/cluster/stream:topic[p]`, replication.links.Unit.key) that no live gateway holds.
+    `gateways`: the cluster's gateway reports."""
+    now_ms = time.time() * 1000
+    held = {u for r in gateways.values() if is_live(r, now_ms) for u in r.get("units", [])}
+    return [u for u in units if u not in held]
+
+
 def stalled_error(
-    gateways: dict[str, dict[str, Any]], unit_reports: dict[str, dict[str, Any]], wanted: set[tuple[str, int]]
+    cluster: Cluster,
+    gateways: dict[str, dict[str, Any]],
+    unit_reports: dict[str, dict[str, Any]],
+    wanted: set[tuple[str, int]],
 ) -> str:
     """The replica partitions (of `wanted`, (topic, partition)) whose last report comes from a gateway that is no longer
     live, so that nobody applies them, held by whom and since when; "" when none. A broker that expires dead members
@@ -124,5 +135,6 @@ def stalled_error(
     return (
         f"partitions {', '.join(sorted(parts))} are held by gateway {gateway}, which stopped reporting at {when}, and"
         f" no live gateway has taken them over: nothing is replicated into them (see README, 'Brokers', for brokers"
-        f" that never expire a dead member); start that gateway again"
+        f" that never expire a dead member); start that gateway again with"
+        f" 'streamrepl gateway start -cluster {cluster.name} -id {gateway}'"
     )

@@ -66,6 +66,8 @@ def test_partitions_held_by_a_dead_gateway_are_reported_as_stalled_on_noida(
         stalled = wait_until(lambda: row() if "held by gateway" in row()["lasterror"] else None, 60, "the stall report")
         assert victim in stalled["lasterror"] and "stopped reporting" in stalled["lasterror"], stalled
         assert stalled["isUptodate"] is False, stalled
+        assert stalled["replicaState"] == "REPLICA_STATE_WAITING_FOR_GATEWAY", stalled
+        assert f"'streamrepl gateway start -cluster newyork -id {victim}'" in stalled["lasterror"], stalled
 
         # The way out that message names: the same gateway started again takes its partitions back, and the rest
         # is replicated exactly. Before static membership, the restarted gateway's join waited for the dead member

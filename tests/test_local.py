@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
+import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +17,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from support.cli import STREAMREPL_BIN, one_error_line, run_cli
 
 from streamrepl import local
 from streamrepl.errors import InvalidArgument, NotFound, Unreachable
@@ -192,3 +197,157 @@ def test_broker_that_fails_to_start_reports_its_log(
     with pytest.raises(Unreachable, match="address already in use"):
         local.up(["alpha"], state_dir, broker="tansu")
     assert local.status(state_dir) == []
+
+
+def _time_wait_ports() -> set[int]:
+    """Local ports on loopback with a connection in TIME_WAIT (state 06 of /proc/net/tcp)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local_addr, state = line.split()[1], line.split()[3]
+        if state == "06" and local_addr.startswith("0100007F:"):
+            out.add(int(local_addr.split(":")[1], 16))
+    return out
+
+
+def _connected(port: int) -> socket.socket:
+    """A client connection the broker has accepted and answered (an ApiVersions v0 request): one still in the listen
+    queue is reset, not closed, when the broker dies, and leaves no TIME_WAIT."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+    conn.sendall(struct.pack(">ihhih", 10, 18, 0, 1, -1))
+    (size,) = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))
+    # All of it: a close with unread data resets the connection too.
+    assert len(conn.recv(size, socket.MSG_WAITALL)) == size
+    return conn
+
+
+def _left_in_time_wait(ports: set[int], conns: list[socket.socket]) -> None:
+    """Close our side of connections a stopped broker closed first: its port is then in TIME_WAIT."""
+    for c in conns:
+        assert c.recv(1) == b"", "the broker did not close the connection"  # its side first
+        c.close()
+    deadline = time.monotonic() + 30
+    while not ports <= _time_wait_ports():
+        assert time.monotonic() < deadline, f"ports {ports - _time_wait_ports()} not in TIME_WAIT"
+        time.sleep(0.1)
+
+
+def test_up_after_down_comes_back_on_the_same_ports_despite_time_wait(state_dir: Path) -> None:
+    """Running gateways keep the bootstrap they read: `up` after `down` must bring each cluster back where it was.
+    It took new ports when clients had been connected (the broker closes first, so its port is in TIME_WAIT)."""
+    brokers = local.up(["alpha", "beta"], state_dir)
+    conns = [_connected(b.port) for b in brokers]
+    assert sorted(local.down(state_dir)) == ["alpha", "beta"]
+    _left_in_time_wait({b.port for b in brokers}, conns)
+    again = local.up(["alpha", "beta"], state_dir)
+    assert [b.port for b in again] == [b.port for b in brokers]
+    assert all(a.pid != b.pid for a, b in zip(again, brokers, strict=True))
+    registry = yaml.safe_load(local.registry_path(state_dir).read_text())
+    assert [c["bootstrap.servers"] for c in registry["clusters"].values()] == [b.bootstrap for b in brokers]
+    for b in again:
+        _round_trip(b.bootstrap)
+
+
+def test_up_after_a_crash_comes_back_on_the_same_port_despite_time_wait(state_dir: Path) -> None:
+    (old,) = local.up(["alpha"], state_dir)
+    conn = _connected(old.port)
+    os.kill(old.pid, signal.SIGKILL)
+    _left_in_time_wait({old.port}, [conn])
+    assert local.status(state_dir)[0]["running"] is False
+    (new,) = local.up(["alpha"], state_dir)
+    assert (new.port, new.bootstrap) == (old.port, old.bootstrap) and new.pid != old.pid
+    _round_trip(new.bootstrap)
+
+
+def test_a_port_another_program_took_is_replaced_and_said(state_dir: Path) -> None:
+    (old,) = local.up(["alpha"], state_dir)
+    local.down(state_dir)
+    said: list[str] = []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", old.port))
+        squatter.listen()
+        (new,) = local.up(["alpha"], state_dir, warn=said.append)
+    assert new.port != old.port
+    assert len(said) == 1 and f"127.0.0.1:{old.port}" in said[0] and new.bootstrap in said[0], said
+    _round_trip(new.bootstrap)
+    # The new port is the one remembered from now on.
+    local.down(state_dir)
+    (again,) = local.up(["alpha"], state_dir)
+    assert again.port == new.port
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("-broker", "bogus"), ("-broker", ""), ("-clusters", "a b")],
+    ids=["bogus-broker", "empty-broker", "bad-name"],
+)
+def test_refused_up_leaves_no_state_directory(tmp_path: Path, args: tuple[str, str]) -> None:
+    sd = tmp_path / "new" / "local"
+    run = run_cli("local", "up", "-dir", sd, *args)
+    assert run.code == 1
+    assert "unknown broker" in one_error_line(run) or "invalid cluster name" in one_error_line(run)
+    assert not (tmp_path / "new").exists()
+    run = run_cli("local", "up", "-dir", sd, env={"STREAMREPL_LOCAL_BROKER": "bogus"})
+    assert "STREAMREPL_LOCAL_BROKER" in one_error_line(run)
+    assert not (tmp_path / "new").exists()
+
+
+MALFORMED_STATES = {
+    "not-json": ("{not json", "invalid JSON"),
+    "a-list": ("[1, 2]", "an array, not an object"),
+    "record-not-object": ('{"a": 5}', "cluster 'a'"),
+    "port-string": ('{"a": {"port": "x", "pid": 1, "log": "l"}}', "port"),
+    "pid-missing": ('{"a": {"port": 1, "log": "l"}}', "pid"),
+    "pid-bool": ('{"a": {"port": 1, "pid": true, "log": "l"}}', "pid"),
+    "unknown-field": ('{"a": {"port": 1, "pid": 1, "log": "l", "colour": 1}}', "colour"),
+    "broker-number": ('{"a": {"port": 1, "pid": 1, "log": "l", "broker": 3}}', "broker"),
+    "port-too-big": ('{"a": {"port": 70000, "pid": 1, "log": "l"}}', "port 70000"),
+    "pid-zero": ('{"a": {"port": 1, "pid": 0, "log": "l"}}', "pid 0"),
+    "bad-name": ('{"a b": {"port": 1, "pid": 1, "log": "l"}}', "'a b' is not a valid cluster name"),
+    "not-utf8": ('{"\udcff": 1}', "invalid JSON"),
+    "broker-unknown": ('{"a": {"port": 1, "pid": 1, "log": "l", "broker": "kafka"}}', 'broker "kafka"'),
+}
+
+
+@pytest.mark.parametrize("verb", ["status", "down", "up"])
+@pytest.mark.parametrize("case", MALFORMED_STATES, ids=list(MALFORMED_STATES))
+def test_a_malformed_state_file_is_one_clear_line(tmp_path: Path, verb: str, case: str) -> None:
+    text, what = MALFORMED_STATES[case]
+    sd = tmp_path / "local"
+    sd.mkdir()
+    (sd / "state.json").write_bytes(text.encode(errors="surrogateescape"))
+    args = ["local", verb, "-dir", sd, *(["-clusters", "a"] if verb == "up" else [])]
+    line = one_error_line(run_cli(*args))
+    assert line.startswith(f"ERROR (22) - local {verb}: ") and str(sd / "state.json") in line, line
+    assert what in line and "remove it" in line and "unexpected" not in line, line
+    doc = run_cli(*args, "-json").json()
+    assert doc["status"] == "ERROR" and what in doc["errors"][0]["desc"], doc
+    assert (sd / "state.json").read_bytes() == text.encode(errors="surrogateescape")
+    assert {p.name for p in sd.iterdir()} <= {".lock", "state.json"}
+
+
+def test_up_prints_only_shell_lines_on_stdout_so_that_eval_works(tmp_path: Path) -> None:
+    sd = tmp_path / "a dir; with $pecial 'chars'" / "local"
+    try:
+        script = f'eval "$({STREAMREPL_BIN} local up -clusters alpha -dir "$1")" && printf %s "$STREAMREPL_CLUSTERS"'
+        p = subprocess.run(["bash", "-c", script, "bash", str(sd)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p
+        assert p.stdout == str(local.registry_path(sd)), p
+        (alpha,) = local.status(sd)
+        # The table goes to stderr, for the eye.
+        assert p.stderr.splitlines()[0].split("\t")[:3] == ["cluster", "broker", "bootstrap"], p.stderr
+        assert alpha["bootstrap"] in p.stderr
+        # -json and -noheader are for programs: what they ask for on stdout, as before.
+        doc = json.loads(
+            subprocess.run(
+                [STREAMREPL_BIN, "local", "up", "-clusters", "alpha", "-dir", sd, "-json"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            ).stdout
+        )
+        assert [r["bootstrap"] for r in doc["data"]] == [alpha["bootstrap"]]
+        rows = run_cli("local", "up", "-clusters", "alpha", "-dir", sd, "-noheader")
+        assert rows.code == 0 and rows.stdout.split("\t")[:3] == ["alpha", alpha["broker"], alpha["bootstrap"]], rows
+    finally:
+        local.down(sd)

@@ -13,6 +13,19 @@ from pathlib import Path
 import pytest
 import yaml
 from support.cli import STREAMREPL_BIN, Run, one_error_line, run_cli
+from support.streams import (
+    Gateways,
+    caught_up,
+    link,
+    new_stream,
+    new_topics,
+    produce,
+    same_ends,
+    sp,
+    tally,
+    uuid_of,
+    wait_until,
+)
 from test_local import _alive, _round_trip
 
 from streamrepl import local, settings
@@ -157,3 +170,31 @@ def test_the_broker_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMREPL_LOCAL_BROKER", "")
     assert settings.local_broker() == "tansu"
     assert tuple(KINDS) == settings.LOCAL_BROKERS
+
+
+def test_a_gateway_running_across_down_and_up_replicates_again_on_noida(state_dir: Path, tmp_path: Path) -> None:
+    """A gateway keeps the bootstrap it read at its start: `up` after `down` must bring the clusters back on the
+    same ports (the gateway's connections leave them in TIME_WAIT), and noida-db keeps the data, so it goes on."""
+    before = {b.cluster: b for b in local.up(["sf", "ny"], state_dir, broker="noida")}
+    reg = local.registry_path(state_dir)
+    src, dst = f"/sf/across-{uuid.uuid4().hex[:6]}", "/ny/across"
+    new_stream(reg, src)
+    new_stream(reg, dst)
+    new_topics(reg, src, {"t": 2})
+    link(reg, src, dst)
+    bs = {name: b.bootstrap for name, b in before.items()}
+    with Gateways(reg, "ny", tmp_path) as gws:
+        gws.start("across")
+        produce(bs["sf"], sp(src), "t", 100, 2)
+        wait_until(lambda: same_ends(bs["sf"], sp(src), bs["ny"], sp(dst), {"t": 2}), 120, "the first records")
+
+        assert sorted(local.down(state_dir)) == ["ny", "sf"]
+        after = {b.cluster: b for b in local.up(["sf", "ny"], state_dir)}
+        assert {n: b.bootstrap for n, b in after.items()} == bs
+        assert all(after[n].pid != before[n].pid for n in bs)
+
+        produce(bs["sf"], sp(src), "t", 100, 2, start=100)
+        wait_until(lambda: same_ends(bs["sf"], sp(src), bs["ny"], sp(dst), {"t": 2}), 180, "the gateway to go on")
+        t = tally(bs["sf"], sp(src), uuid_of(reg, src), bs["ny"], sp(dst), {"t": 2})
+        assert t.ok and t.records == 200, t
+        wait_until(lambda: caught_up(reg, src), 60, "replica list to say the replica is up to date")

@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -174,8 +174,8 @@ def report_error(command: str, code: int, message: str, mode: OutputMode, exit_c
     sys.exit(exit_code)
 
 
-def output(rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
-    emit(rows, app().mode, columns)
+def output(rows: Sequence[dict], columns: Sequence[str] | None = None, out: TextIO | None = None) -> None:
+    emit(rows, app().mode, columns, out)
 
 
 def require(value: Any, option: str) -> Any:

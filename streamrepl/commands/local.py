@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument
-from .common import handles_errors, opt, output
+from .common import app, handles_errors, opt, output
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -23,15 +25,6 @@ def _dir(d: str | None) -> Path:
     path = Path(d).expanduser() if d else embedded.default_state_dir()
     if path.exists() and not path.is_dir():
         raise InvalidArgument(f"state directory {path} is a file, not a directory; give another -dir")
-    return path
-
-
-def _made(path: Path) -> Path:
-    """The state directory, created if need be: a place where that is impossible is the user's to change."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InvalidArgument(f"cannot create the directory {path} ({e.strerror}); give a writable -dir") from None
     return path
 
 
@@ -57,21 +50,34 @@ def _made(path: Path) -> Path:
 )
 @handles_errors(registry_option=False)
 def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
-    """Start one broker per cluster (or reuse the running ones) and write their registry."""
+    """Start one broker per cluster (or reuse the running ones) and write their registry.
+
+    A cluster comes back on the port it last ran on, also after `local down`, so that running gateways and
+    configs find it again; when another program holds that port, it gets a new one and a warning says so.
+
+    Only the shell line `export STREAMREPL_CLUSTERS=...` goes to stdout, so that `eval "$(streamrepl local up)"`
+    sets it, and the table to stderr; with -json or -noheader the rows go to stdout and the line to stderr.
+    """
     from .. import local as embedded
 
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
-    brokers = embedded.up(names, _made(_dir(dir)), broker)
+    brokers = embedded.up(names, _dir(dir), broker, warn=lambda m: click.echo(f"warning: {m}", err=True))
     reg = embedded.registry_path(_dir(dir))
-    output(
-        [
-            {"cluster": b.cluster, "broker": b.broker, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
-            for b in brokers
-        ]
-    )
-    click.echo(f"export STREAMREPL_CLUSTERS={reg}", err=True)
+    rows = [
+        {"cluster": b.cluster, "broker": b.broker, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}
+        for b in brokers
+    ]
+    export = f"export STREAMREPL_CLUSTERS={shlex.quote(str(reg))}"
+    mode = app().mode
+    if mode.json or mode.noheader:
+        output(rows)  # for programs, on stdout as every command's
+        click.echo(export, err=True)
+    else:
+        # Only shell lines on stdout, so that `eval "$(streamrepl local up)"` works; the table is for the eye.
+        output(rows, out=sys.stderr)
+        click.echo(export)
 
 
 #: maprcli prints the header of an empty answer too: scripts that read columns by name depend on it.
