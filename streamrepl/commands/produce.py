@@ -76,18 +76,42 @@ def _json_headers(value: Any, line: int) -> list[tuple[str, Any]]:
     if value is None:
         return []
     if isinstance(value, dict):
-        return [(str(k), _json_bytes(v, line)) for k, v in value.items()]
-    if isinstance(value, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in value):
-        return [(str(k), _json_bytes(v, line)) for k, v in value]
-    raise InvalidArgument(f"line {line}: 'headers' must be an object or a list of [key, value] pairs")
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in value):
+        pairs = [(k, v) for k, v in value]
+    else:
+        raise InvalidArgument(f"line {line}: 'headers' must be an object or a list of [key, value] pairs")
+    out = []
+    for k, v in pairs:
+        name = str(k)
+        _json_text(name, line, "a header name")
+        out.append((name, _json_bytes(v, line, f"header {_shown(name)}")))
+    return out
 
 
-def _json_bytes(v: Any, line: int) -> bytes | None:
+def _shown(name: str) -> str:
+    """A JSON field or header name for an error message: quoted, with lone surrogates as \\uXXXX."""
+    return "'" + name.encode("utf-8", "backslashreplace").decode() + "'"
+
+
+def _json_text(text: str, line: int, field: str) -> bytes:
+    """`text` as UTF-8. JSON may carry a lone UTF-16 surrogate (`"\\ud800"`), which is no character and
+    which UTF-8 cannot hold: refused here, naming the field (the Kafka client crashes on such a header name)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as e:
+        raise InvalidArgument(
+            f"line {line}: {field} holds a lone surrogate (\\u{ord(text[e.start]):04x}), which is not text and"
+            " cannot be written as UTF-8; write the character as a surrogate pair (\\ud83d\\ude00) or as itself"
+        ) from None
+
+
+def _json_bytes(v: Any, line: int, field: str) -> bytes | None:
     if v is None:
         return None
     if isinstance(v, str):
-        return v.encode()
-    return json.dumps(v, separators=(",", ":")).encode()
+        return _json_text(v, line, field)
+    return json.dumps(v, separators=(",", ":")).encode()  # ASCII: a lone surrogate in it stays an escape
 
 
 def _json_whole(obj: dict[str, Any], name: str, line: int, what: str, maximum: int) -> int | None:
@@ -110,12 +134,12 @@ def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], par
         raise InvalidArgument(f"line {n}: expected a JSON object with 'value' (and key, headers, ...)")
     unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
     if unknown:
-        raise InvalidArgument(f"line {n}: unknown field '{sorted(unknown)[0]}'")
+        raise InvalidArgument(f"line {n}: unknown field {_shown(sorted(unknown)[0])}")
     k = obj.get("key")
     given = _json_whole(obj, "partition", n, "a partition number, 0 or more", 2**31 - 1)
     return {
-        "value": _json_bytes(obj.get("value"), n),
-        "key": _json_bytes(k, n) if k is not None else None,
+        "value": _json_bytes(obj.get("value"), n, "'value'"),
+        "key": _json_bytes(k, n, "'key'") if k is not None else None,
         "headers": base_headers + _json_headers(obj.get("headers"), n),
         "partition": given if given is not None else partition,
         "timestamp": _json_whole(
@@ -168,7 +192,9 @@ def produce(
     Prints one row per partition written (records, first and last offset); with -json, one
     entry per record with its partition and offset. Records are acknowledged only once they
     are on every synchronous replica of the stream (unless replication falls back to
-    asynchronous, which is reported on stderr).
+    asynchronous, which is reported on stderr). A line that cannot be written (not JSON, a lone
+    surrogate, too large) stops reading there: the lines before it are written, and the error names
+    the line and says how many records were.
 
     \b
     printf 'a\\nb\\n' | streamrepl produce -path /sanfrancisco/activity:clicks -key user-1
