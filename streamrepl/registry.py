@@ -93,6 +93,10 @@ class Cluster:
         """bootstrap.servers as it may be shown: a password written into an address (user:pw@host) masked."""
         return _USERINFO_RE.sub(lambda m: f"{m['user']}:{MASK}@", self.bootstrap)
 
+    def __repr__(self) -> str:
+        # A cluster in a log line, an assertion or a traceback shows as `cluster list` shows it.
+        return f"Cluster(name={self.name!r}, properties={self.masked()!r})"
+
     def masked(self) -> dict[str, str]:
         shown = {k: (MASK if is_secret(k) else v) for k, v in self.properties.items()}
         if "bootstrap.servers" in shown:

@@ -121,6 +121,13 @@ def test_secret_properties_are_masked(prop: str) -> None:
     assert c.secrets() == [SECRET]
 
 
+def test_a_cluster_shows_masked_in_its_repr() -> None:
+    """What a log line, an assertion or a traceback prints of a cluster holds no secret."""
+    c = registry.Cluster("a", {"bootstrap.servers": f"op:{SECRET}-ui@h:1", "sasl.password": SECRET})
+    assert SECRET not in repr(c) and SECRET not in str(c)
+    assert "op:********@h:1" in repr(c)
+
+
 @pytest.mark.parametrize("prop", ["bootstrap.servers", "sasl.username", "security.protocol", "ssl.ca.location"])
 def test_ordinary_properties_are_shown(prop: str) -> None:
     assert not registry.is_secret(prop)
@@ -271,3 +278,25 @@ def test_an_unknown_top_level_entry_is_an_error(tmp_path: Path) -> None:
         registry.load(str(path))
     assert "unknown top-level entry 'sasl.password'" in e.value.message and "indent" in e.value.message
     assert "hunter2-planted" not in e.value.message
+
+
+def test_an_error_quoting_a_registry_secret_shows_it_masked(tmp_path: Path) -> None:
+    """A broker's own error text quoted in a command's error may carry the address as written, password and
+    all (librdkafka names a broker `[user:password@host:1]:9092/bootstrap`): masked on the way out."""
+    import click
+    from click.testing import CliRunner
+
+    from streamrepl.commands.common import app, handles_errors
+    from streamrepl.errors import Unreachable
+
+    reg = write(tmp_path / "clusters.yaml", {"a": {"bootstrap.servers": f"op:{SECRET}@127.0.0.1:1"}})
+
+    @click.command()
+    @handles_errors
+    def quoting() -> None:
+        raise Unreachable(f"[{app().registry.get('a').bootstrap}]:9092/bootstrap: Failed to resolve")
+
+    for fmt in ([], ["-json"]):
+        r = CliRunner().invoke(quoting, ["-clusters", str(reg), *fmt])
+        assert r.exit_code == 1, r.output
+        assert SECRET not in r.output + r.stderr and "[op:********@127.0.0.1:1]:9092" in r.output + r.stderr
