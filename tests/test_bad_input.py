@@ -151,6 +151,10 @@ CASES = [
     c("ace-too-long", "stream", "create", "-path", "{NEW}", "-adminperm", HUGE, expect="limit is 65536"),
     c("edit-ace-invalid", "stream", "edit", "-path", "{S}", "-adminperm", "u:{ME} |", expect="expected a term"),
     c("edit-ace-p-combined", "stream", "edit", "-path", "{S}", "-consumeperm", "p|g:x", expect="cannot be combined"),
+    c("edit-ace-admin-nobody", "stream", "edit", "-path", "{S}", "-adminperm", "u:{ME} & !u:{ME}", expect="-adminperm 'u:.*' passes nobody.*nobody could change or delete"),
+    c("edit-ace-admin-two-users", "stream", "edit", "-path", "{S}", "-adminperm", "u:{ME} & u:bob", expect="passes nobody"),
+    c("edit-ace-admin-nobody-json", "stream", "edit", "-path", "{S}", "-adminperm", "u:root & !u:root", "-json", expect="passes nobody"),
+    c("create-ace-admin-two-users", "stream", "create", "-path", "{NEW}", "-adminperm", "u:alice & u:bob", expect="passes nobody"),
     # -- permissions the ACE denies ------------------------------------------------------------
     c("edit-denied", "stream", "edit", "-path", "{S}", "-ttl", "1", expect="'alice' lacks adminperm", env=ALICE),
     c("edit-ace-denied", "stream", "edit", "-path", "{S}", "-adminperm", "p", expect="lacks adminperm", env=ALICE),

@@ -291,6 +291,40 @@ def test_replica_add_refuses_to_close_a_cycle_of_one_way_links(
     assert cli("stream", "replica", "add", "-path", b, "-replica", a, "-paused", "true").code == 0
 
 
+def test_upstream_add_refuses_to_close_a_cycle_of_one_way_links(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    """A link needs both halves; the last one added closes a cycle, and it may be the upstream half. Here the
+    replica half c -> a passes replica add's check (a replica half b -> a made a and b look multi-master then), and
+    `upstream add -path a -upstream c` would have closed the one-way cycle a -> b -> c -> a (issue 25)."""
+    a, b, c = new_path(stem="up"), new_path("newyork", stem="up"), new_path(stem="up")
+    for path in (a, b, c):
+        assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "replica", "add", "-path", b, "-replica", a, "-paused", "true").code == 0
+    _link(cli, a, b)
+    _link(cli, b, c)
+    assert cli("stream", "replica", "add", "-path", c, "-replica", a, "-paused", "true").code == 0
+    line = one_error_line(cli("stream", "upstream", "add", "-path", a, "-upstream", c))
+    assert "cycle" in line and f"{a} -> {b} -> {c} -> {a}" in line, line
+    assert cli("stream", "upstream", "list", "-path", a, "-json").data() == []
+    # The other half of b -> a makes a and b a multi-master pair, which stays allowed.
+    assert cli("stream", "upstream", "add", "-path", a, "-upstream", b).code == 0
+
+
+def test_replica_edit_newreplica_refuses_to_close_a_cycle_of_one_way_links(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    a, b, c, x = (new_path(stem="ed") for _ in range(4))
+    for path in (a, b, c, x):
+        assert cli("stream", "create", "-path", path).code == 0
+    _link(cli, a, b)
+    _link(cli, b, c)
+    assert cli("stream", "replica", "add", "-path", c, "-replica", x, "-paused", "true").code == 0
+    line = one_error_line(cli("stream", "replica", "edit", "-path", c, "-replica", x, "-newreplica", a))
+    assert "cycle" in line and f"{a} -> {b} -> {c}" in line, line
+    assert [r["replicaPath"] for r in cli("stream", "replica", "list", "-path", c, "-json").data()] == [x]
+
+
 def test_replica_resume_says_why_it_cannot_restart_a_link_in_error(
     cli: Callable[..., Run], new_path: Callable[..., str]
 ) -> None:
