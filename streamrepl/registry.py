@@ -7,6 +7,7 @@ place that shows a cluster's properties goes through `masked()`.
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import sys
@@ -48,6 +49,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                raise RegistryError(
+                    f"a {kind} is used as a name at line {key_node.start_mark.line + 1}; the names of clusters and"
+                    " properties are text"
+                )
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if key in seen:
                 raise RegistryError(
@@ -147,23 +154,80 @@ def locate(explicit: str | None = None) -> Path:
     )
 
 
-def load(explicit: str | None = None) -> Registry:
-    path = locate(explicit)
+#: A registry is a few kilobytes; anything much larger is the wrong file, and is not read whole.
+MAX_BYTES = 4 * 1024 * 1024
+#: How deep a registry nests: clusters > name > property is 3; YAML's own parser recurses per level.
+MAX_DEPTH = 16
+_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+}
+
+
+def _read(path: Path) -> str:
+    """The registry's text. Only a regular file is read (a FIFO would block, /dev/zero never end), and only up to
+    MAX_BYTES."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RegistryError(f"cluster registry {path} is not UTF-8 text; is it the right file?") from None
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise RegistryError(f"cluster registry {path} does not exist; create it or pass -clusters FILE") from None
-    except (PermissionError, IsADirectoryError, OSError) as e:
+    except OSError as e:
         raise RegistryError(f"cluster registry {path} cannot be read ({e.strerror}); check its permissions") from None
-    reg = parse(text, path)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = _KINDS.get(stat.S_IFMT(mode), "special file")
+        raise RegistryError(
+            f"cluster registry {path} cannot be read: it is a {kind}, not a file; pass -clusters FILE naming"
+            " the YAML file"
+        )
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_BYTES + 1)
+        except OSError as e:
+            raise RegistryError(f"cluster registry {path} cannot be read ({e.strerror})") from None
+    if len(data) > MAX_BYTES:
+        raise RegistryError(
+            f"cluster registry {path} is too large (a registry holds at most 4 MiB: a few lines per cluster);"
+            " is it the right file?"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RegistryError(f"cluster registry {path} is not UTF-8 text; is it the right file?") from None
+
+
+def load(explicit: str | None = None) -> Registry:
+    path = locate(explicit)
+    reg = parse(_read(path), path)
     warn_if_world_readable(path, reg)
     return reg
 
 
+def _check_depth(text: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH before YAML builds anything: its composer recurses once per level, and
+    `[[[[...` 20,000 deep ends in RecursionError. The event parser that reads it here does not recurse."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = f" at line {event.start_mark.line + 1}" if event.start_mark is not None else ""
+                raise RegistryError(
+                    f"nested deeper than {MAX_DEPTH} levels{line}; a registry needs three (clusters, a cluster,"
+                    " its properties)"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def parse(text: str, path: Path) -> Registry:
     try:
+        _check_depth(text)
         doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except RegistryError as e:
         raise RegistryError(f"cluster registry {path}: {e.message}") from None

@@ -199,6 +199,8 @@ BAD_PRODUCE = [
     (["-format", "json"], '{"value":"v","headers":{"h":"\\ud800"}}\n', "line 1: header 'h' holds a lone surrogate"),
     (["-format", "json"], '{"value":"v","headers":[["\\ud800","x"]]}\n', "line 1: a header name holds a lone"),
     (["-format", "json"], '{"\\ud800":"v"}\n', "line 1: unknown field '\\ud800'"),
+    (["-format", "json"], "[" * 100_000 + "]" * 100_000 + "\n", "line 1 is nested deeper than"),
+    (["-format", "json"], '{"value":' + "[" * 100_000 + "]" * 100_000 + "}\n", "line 1 is nested deeper than"),
 ]
 
 
@@ -228,6 +230,16 @@ def test_bad_consume_options_are_one_line_errors_before_anything_is_read(ec: Eph
         p = cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "2", *args)
         assert message in one_line_error(p), args
         assert p.stdout == "", args
+
+
+def test_a_line_that_fails_unexpectedly_still_says_what_was_written_before_it(
+    ec: EphemeralClusters, stream: str
+) -> None:
+    """A JSON line nested 100,000 deep ended in 'unexpected RecursionError' without a word of the lines before it."""
+    lines = ['{"value":"a","partition":1}', '{"value":"b","partition":1}', "[" * 100_000 + "]" * 100_000]
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="\n".join(lines) + "\n")
+    err = one_line_error(p)
+    assert "line 3 is nested deeper than" in err and "2 records before it were written (partition 1" in err, err
 
 
 @pytest.mark.parametrize("field", ["header name", "header value", "key", "value"])

@@ -45,9 +45,15 @@ def _check_seconds(value: float | None, option: str, above_zero: bool = False) -
         )
 
 
+#: Kafka partition numbers are 32-bit signed.
+MAX_PARTITION = 2**31 - 1
+
+
 def _check_partition(value: int | None) -> None:
     if value is not None and value < 0:
         raise InvalidArgument(f"-partition {value} is negative; partitions are numbered from 0")
+    if value is not None and value > MAX_PARTITION:
+        raise InvalidArgument(f"-partition {value} is too large: partition numbers go up to {MAX_PARTITION}")
 
 
 def _header_pairs(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
@@ -127,6 +133,16 @@ def _json_whole(obj: dict[str, Any], name: str, line: int, what: str, maximum: i
 def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
     """The keyword arguments of StreamProducer.produce for one line of -format json."""
     try:
+        return _json_fields(line, n, base_headers, partition)
+    except RecursionError:  # Python's JSON reader and writer recurse once per level
+        raise InvalidArgument(
+            f"line {n} is nested deeper than the JSON reader follows (about {sys.getrecursionlimit()} levels);"
+            " a value that deep is better sent as text"
+        ) from None
+
+
+def _json_fields(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
+    try:
         obj = json.loads(line)
     except ValueError as e:
         raise InvalidArgument(f"line {n} is not JSON ({e})") from None
@@ -136,7 +152,7 @@ def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], par
     if unknown:
         raise InvalidArgument(f"line {n}: unknown field {_shown(sorted(unknown)[0])}")
     k = obj.get("key")
-    given = _json_whole(obj, "partition", n, "a partition number, 0 or more", 2**31 - 1)
+    given = _json_whole(obj, "partition", n, "a partition number, 0 or more", MAX_PARTITION)
     return {
         "value": _json_bytes(obj.get("value"), n, "'value'"),
         "key": _json_bytes(k, n, "'key'") if k is not None else None,
@@ -201,7 +217,7 @@ def produce(
     echo '{"key":"k","value":"v","headers":{"h":"1"}}' | streamrepl produce -path /s:t -format json
     """
     from ..client import StreamProducer
-    from ..kafka import KafkaException
+    from ..kafka import KafkaException, describe_exception
 
     stream, topic = _split_path(path)
     if not topic:
@@ -244,6 +260,10 @@ def produce(
                 break
             except KafkaException as e:
                 stopped = StreamreplError(_at_line(e.args[0].str() if e.args else str(e), n), errno.EIO)
+                break
+            except Exception as e:  # noqa: BLE001 - whatever stops a line, the error says what was written before it
+                code, message = describe_exception(e, app().registry_secrets_safe())
+                stopped = StreamreplError(_at_line(message, n), code)
                 break
             count += 1
             if count % 10000 == 0:
@@ -392,6 +412,10 @@ def consume(
         )
     if timestamp is not None and timestamp < 0:
         raise InvalidArgument(f"-timestamp {timestamp} is negative; give milliseconds since the epoch")
+    if timestamp is not None and timestamp > MAX_TIMESTAMP:
+        raise InvalidArgument(
+            f"-timestamp {timestamp} is too large: timestamps are milliseconds since the epoch, up to {MAX_TIMESTAMP}"
+        )
     for n in partition:
         _check_partition(n)
     _check_seconds(timeout, "timeout")
