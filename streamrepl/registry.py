@@ -43,24 +43,48 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _USERINFO_RE = re.compile(r"(?P<user>[^\s,/@:]*):(?P<password>[^\s,@]+)@")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML keeps the last of two equal keys without a word; in a registry that hides a mistake."""
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _RegistryLoader(yaml.SafeLoader):
+    """YAML as a registry needs it:
+
+    - names are text, as YAML 1.2 reads them: YAML 1.1 makes the cluster names `yes` and `on` True, `0123` the
+      number 83 and `~` None (so are the names of properties and the `default:` cluster);
+    - YAML keeps the last of two equal keys without a word; in a registry that hides a mistake, so it is an
+      error (a key that a merge `<<: *base` brings in may be given again: that is what merging is for);
+    - a list or mapping is no name.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._root = node
+        return super().construct_document(node)  # type: ignore[no-untyped-call]
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
                 raise RegistryError(
                     f"a {kind} is used as a name at line {key_node.start_mark.line + 1}; the names of clusters and"
                     " properties are text"
                 )
+            if key_node.tag == _MERGE:
+                continue
+            key_node.tag = _STR
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if key in seen:
                 raise RegistryError(
                     f"'{key}' is given more than once (line {key_node.start_mark.line + 1}); keep one of them"
                 )
             seen.add(key)
+            if node is self._root and key == "default" and isinstance(value_node, yaml.ScalarNode):
+                value_node.tag = _STR
+        self.flatten_mapping(node)  # type: ignore[no-untyped-call]
+        for key_node, _ in node.value:  # the keys a merge brought in
+            if isinstance(key_node, yaml.ScalarNode):
+                key_node.tag = _STR
         return super().construct_mapping(node, deep=deep)
 
 
@@ -228,7 +252,7 @@ def _check_depth(text: str) -> None:
 def parse(text: str, path: Path) -> Registry:
     try:
         _check_depth(text)
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        doc = yaml.load(text, Loader=_RegistryLoader)  # noqa: S506 - a SafeLoader
     except RegistryError as e:
         raise RegistryError(f"cluster registry {path}: {e.message}") from None
     except yaml.YAMLError as e:

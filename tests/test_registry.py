@@ -94,6 +94,58 @@ def test_property_values_are_strings(tmp_path: Path) -> None:
     }
 
 
+def test_names_are_read_as_written(tmp_path: Path) -> None:
+    """YAML 1.1 read the cluster names yes, on and 0123 as True, True and 83 (octal), and `default: 0123` as 83;
+    names are text, as YAML 1.2 reads them."""
+    text = (
+        "default: 0123\nclusters:\n  yes:\n    bootstrap.servers: h:1\n  on:\n    bootstrap.servers: h:2\n"
+        "  0123:\n    bootstrap.servers: h:3\n  1e3:\n    bootstrap.servers: h:4\n"
+    )
+    reg = registry.parse(text, tmp_path / "r.yaml")
+    assert list(reg.clusters) == ["yes", "on", "0123", "1e3"]
+    assert reg.default == "0123" and reg.get("0123").bootstrap == "h:3"
+    assert registry.parse(text.replace("default: 0123", "default: on"), tmp_path / "r.yaml").default == "on"
+
+
+@pytest.mark.parametrize("name", ["~", "null", "''"])
+def test_a_cluster_named_null_is_refused_by_its_name(tmp_path: Path, name: str) -> None:
+    """`~:` was read as the name None; `null` is a name like any other."""
+    text = f"clusters:\n  {name}:\n    bootstrap.servers: h:1\n"
+    if name == "null":
+        assert list(registry.parse(text, tmp_path / "r.yaml").clusters) == ["null"]
+        return
+    with pytest.raises(RegistryError, match=r"cluster name '[~]?' .* is not valid"):
+        registry.parse(text, tmp_path / "r.yaml")
+
+
+def test_yaml_merge_keys_are_accepted(tmp_path: Path) -> None:
+    """`<<: *base` was refused as 'not valid YAML'."""
+    text = (
+        "clusters:\n"
+        "  a: &base\n    bootstrap.servers: h:1\n    security.protocol: SASL_SSL\n    sasl.mechanism: PLAIN\n"
+        "  b:\n    <<: *base\n    bootstrap.servers: h:2\n"
+        "  c:\n    <<: [*base, {socket.timeout.ms: 7000}]\n    sasl.mechanism: SCRAM-SHA-512\n"
+    )
+    reg = registry.parse(text, tmp_path / "r.yaml")
+    assert reg.get("b").properties == {
+        "bootstrap.servers": "h:2",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+    }
+    assert reg.get("c").properties == {
+        "bootstrap.servers": "h:1",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "socket.timeout.ms": "7000",
+    }
+
+
+def test_a_key_given_twice_beside_a_merge_is_still_an_error(tmp_path: Path) -> None:
+    text = "clusters:\n  a: &base\n    bootstrap.servers: h:1\n  b:\n    <<: *base\n    acks: 1\n    acks: all\n"
+    with pytest.raises(RegistryError, match="'acks' is given more than once"):
+        registry.parse(text, tmp_path / "r.yaml")
+
+
 def test_unknown_cluster_names_the_known_ones(tmp_path: Path) -> None:
     p = write(tmp_path / "r.yaml", {"a": {"bootstrap.servers": "x:1"}})
     with pytest.raises(Exception, match="unknown cluster 'zz' .*known: a"):
