@@ -20,6 +20,7 @@ import os
 import pwd
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import settings
 from .errors import InvalidArgument
@@ -152,6 +153,124 @@ class Ace:
 
     def allows(self, identity: Identity) -> bool:
         return self.expr is not None and _evaluate(self.expr, identity)
+
+
+# -- who could pass an expression at all ------------------------------------------------------------
+#: How many term evaluations the search for an identity an ACE allows may take before it gives up.
+SEARCH_BUDGET = 200_000
+#: A user name no term can name (names in terms never hold a space): "anyone else".
+_SOMEONE_ELSE = "(someone else)"
+
+
+class _TooHard(Exception):
+    pass
+
+
+def _search(expr: Expr) -> Identity | None:
+    """An identity `expr` allows, or None when no identity can pass it; _TooHard past SEARCH_BUDGET.
+
+    A user is one name (and perhaps a uid), so `u:alice & u:bob` passes nobody; groups and roles are
+    free (an identity may have any set of them). The search assigns the user, the uid, then groups and
+    roles one at a time, each only when the expression's value still depends on it, evaluating with
+    unknowns (three-valued: a definite value under a partial assignment holds for every completion).
+    """
+    terms: list[Term] = []
+
+    def collect(e: Expr) -> None:
+        if isinstance(e, Term):
+            terms.append(e)
+        elif isinstance(e, Not):
+            collect(e.operand)
+        elif isinstance(e, And | Or):
+            for op in e.operands:
+                collect(op)
+
+    collect(expr)
+    users = sorted({t.name for t in terms if t.prefix == "u"})
+    uids = sorted({int(t.name) for t in terms if t.prefix == "u" and t.name.isdigit()})
+    spent = [0]
+
+    def value(e: Expr, a: dict[Any, Any]) -> bool | None:
+        spent[0] += 1
+        if isinstance(e, Public):
+            return True
+        if isinstance(e, Not):
+            v = value(e.operand, a)
+            return None if v is None else not v
+        if isinstance(e, And | Or):
+            decisive = isinstance(e, Or)  # the operand value that settles it: True for Or, False for And
+            unknown = False
+            for op in e.operands:
+                v = value(op, a)
+                if v is decisive:
+                    return decisive
+                unknown = unknown or v is None
+            return None if unknown else not decisive
+        if e.prefix == "u":
+            by_name = a["user"] == e.name if "user" in a else None
+            by_uid = (a["uid"] == int(e.name) if "uid" in a else None) if e.name.isdigit() else False
+            return True if by_name or by_uid else None if by_name is None or by_uid is None else False
+        got = a.get((e.prefix, e.name))
+        return got if isinstance(got, bool) else None
+
+    def choices(a: dict[Any, Any]) -> tuple[Any, list[Any]]:
+        if "user" not in a:
+            return "user", [*users, _SOMEONE_ELSE]
+        if "uid" not in a and uids:
+            return "uid", [*uids, None]
+        for t in terms:
+            if t.prefix != "u" and (t.prefix, t.name) not in a:
+                return (t.prefix, t.name), [True, False]
+        raise AssertionError("every term is assigned, yet the value is unknown")
+
+    def search(a: dict[Any, Any]) -> dict[Any, Any] | None:
+        if spent[0] > SEARCH_BUDGET:
+            raise _TooHard
+        v = value(expr, a)
+        if v is not None:
+            return a if v else None
+        var, options = choices(a)
+        for option in options:
+            found = search({**a, var: option})
+            if found is not None:
+                return found
+        return None
+
+    found = search({}) if users else search({"user": _SOMEONE_ELSE})
+    if found is None:
+        return None
+    return Identity(
+        user=found.get("user", _SOMEONE_ELSE),
+        uid=found.get("uid"),
+        groups=frozenset(name for (prefix, name), v in _pairs(found) if prefix == "g" and v),
+        gids=frozenset(),
+        roles=frozenset(name for (prefix, name), v in _pairs(found) if prefix == "r" and v),
+    )
+
+
+def _pairs(a: dict[Any, Any]) -> list[tuple[tuple[str, str], bool]]:
+    return [(k, v) for k, v in a.items() if isinstance(k, tuple)]
+
+
+def example(a: Ace) -> Identity | None:
+    """An identity the ACE allows; None when nobody passes it, or when it is too large to search."""
+    if a.expr is None:
+        return None
+    try:
+        return _search(a.expr)
+    except (_TooHard, RecursionError):
+        return None
+
+
+def grants_nobody(a: Ace) -> bool:
+    """True when no identity at all passes the ACE (the empty ACE, `u:root & !u:root`, `u:alice & u:bob`).
+    An expression too large to search is not claimed to grant nobody."""
+    if a.expr is None:
+        return True
+    try:
+        return _search(a.expr) is None
+    except (_TooHard, RecursionError):
+        return False
 
 
 class _Parser:

@@ -7,6 +7,7 @@ place that shows a cluster's properties goes through `masked()`.
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import sys
@@ -42,18 +43,48 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _USERINFO_RE = re.compile(r"(?P<user>[^\s,/@:]*):(?P<password>[^\s,@]+)@")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML keeps the last of two equal keys without a word; in a registry that hides a mistake."""
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _RegistryLoader(yaml.SafeLoader):
+    """YAML as a registry needs it:
+
+    - names are text, as YAML 1.2 reads them: YAML 1.1 makes the cluster names `yes` and `on` True, `0123` the
+      number 83 and `~` None (so are the names of properties and the `default:` cluster);
+    - YAML keeps the last of two equal keys without a word; in a registry that hides a mistake, so it is an
+      error (a key that a merge `<<: *base` brings in may be given again: that is what merging is for);
+    - a list or mapping is no name.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._root = node
+        return super().construct_document(node)  # type: ignore[no-untyped-call]
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                raise RegistryError(
+                    f"a {kind} is used as a name at line {key_node.start_mark.line + 1}; the names of clusters and"
+                    " properties are text"
+                )
+            if key_node.tag == _MERGE:
+                continue
+            key_node.tag = _STR
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if key in seen:
                 raise RegistryError(
                     f"'{key}' is given more than once (line {key_node.start_mark.line + 1}); keep one of them"
                 )
             seen.add(key)
+            if node is self._root and key == "default" and isinstance(value_node, yaml.ScalarNode):
+                value_node.tag = _STR
+        self.flatten_mapping(node)  # type: ignore[no-untyped-call]
+        for key_node, _ in node.value:  # the keys a merge brought in
+            if isinstance(key_node, yaml.ScalarNode):
+                key_node.tag = _STR
         return super().construct_mapping(node, deep=deep)
 
 
@@ -100,6 +131,10 @@ class Cluster:
     def shown_bootstrap(self) -> str:
         """bootstrap.servers as it may be shown: a password written into an address (user:pw@host) masked."""
         return _USERINFO_RE.sub(lambda m: f"{m['user']}:{MASK}@", self.bootstrap)
+
+    def __repr__(self) -> str:
+        # A cluster in a log line, an assertion or a traceback shows as `cluster list` shows it.
+        return f"Cluster(name={self.name!r}, properties={self.masked()!r})"
 
     def masked(self) -> dict[str, str]:
         shown = {k: (MASK if is_secret(k) else v) for k, v in self.properties.items()}
@@ -151,24 +186,81 @@ def locate(explicit: str | None = None) -> Path:
     )
 
 
-def load(explicit: str | None = None) -> Registry:
-    path = locate(explicit)
+#: A registry is a few kilobytes; anything much larger is the wrong file, and is not read whole.
+MAX_BYTES = 4 * 1024 * 1024
+#: How deep a registry nests: clusters > name > property is 3; YAML's own parser recurses per level.
+MAX_DEPTH = 16
+_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+}
+
+
+def _read(path: Path) -> str:
+    """The registry's text. Only a regular file is read (a FIFO would block, /dev/zero never end), and only up to
+    MAX_BYTES."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RegistryError(f"cluster registry {path} is not UTF-8 text; is it the right file?") from None
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise RegistryError(f"cluster registry {path} does not exist; create it or pass -clusters FILE") from None
-    except (PermissionError, IsADirectoryError, OSError) as e:
+    except OSError as e:
         raise RegistryError(f"cluster registry {path} cannot be read ({e.strerror}); check its permissions") from None
-    reg = parse(text, path)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = _KINDS.get(stat.S_IFMT(mode), "special file")
+        raise RegistryError(
+            f"cluster registry {path} cannot be read: it is a {kind}, not a file; pass -clusters FILE naming"
+            " the YAML file"
+        )
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_BYTES + 1)
+        except OSError as e:
+            raise RegistryError(f"cluster registry {path} cannot be read ({e.strerror})") from None
+    if len(data) > MAX_BYTES:
+        raise RegistryError(
+            f"cluster registry {path} is too large (a registry holds at most 4 MiB: a few lines per cluster);"
+            " is it the right file?"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RegistryError(f"cluster registry {path} is not UTF-8 text; is it the right file?") from None
+
+
+def load(explicit: str | None = None) -> Registry:
+    path = locate(explicit)
+    reg = parse(_read(path), path)
     warn_if_world_readable(path, reg)
     return reg
 
 
+def _check_depth(text: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH before YAML builds anything: its composer recurses once per level, and
+    `[[[[...` 20,000 deep ends in RecursionError. The event parser that reads it here does not recurse."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = f" at line {event.start_mark.line + 1}" if event.start_mark is not None else ""
+                raise RegistryError(
+                    f"nested deeper than {MAX_DEPTH} levels{line}; a registry needs three (clusters, a cluster,"
+                    " its properties)"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def parse(text: str, path: Path) -> Registry:
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        _check_depth(text)
+        doc = yaml.load(text, Loader=_RegistryLoader)  # noqa: S506 - a SafeLoader
     except RegistryError as e:
         raise RegistryError(f"cluster registry {path}: {e.message}") from None
     except yaml.YAMLError as e:

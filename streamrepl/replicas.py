@@ -56,41 +56,64 @@ def _pair(reg: Registry, path: str, replica: str) -> tuple[Resolved, Stream, Res
     return src, srec, dst_r, drec
 
 
-def _refuse_one_way_cycle(reg: Registry, src: str, dst: str, drec: Stream) -> None:
-    """Refuse a link src -> dst that closes a cycle of one-way links (dst -> ... -> src): each stream of it
-    would take records from a stream that takes its own. A link back (dst -> src) makes a multi-master pair."""
-
-    def one_way_replicas(path: str, rec: Stream) -> list[str]:
-        targets = [e.path for e in rec.replicas]
-        out = []
-        for t in targets:
-            try:
-                _, trec = load(reg, t)
-            except StreamreplError:  # gone or unreachable: no link on through it to follow
-                continue
-            if trec.replica(path) is None:
-                out.append(t)
-        return out
-
-    if drec.replica(src) is not None:
-        return
-    trail = {dst: [dst]}
-    todo = [(dst, drec)]
+def _one_way_trail(
+    reg: Registry,
+    start: str,
+    rec: Stream,
+    goal: str,
+    follow: Callable[[Stream], list[str]],
+    back: Callable[[Stream, str], bool],
+) -> list[str] | None:
+    """The streams from `start` to `goal` along one-way halves (`follow` names where a stream's halves lead; a half
+    x -> y with `back(y, x)`, one the other way, makes a multi-master pair and is not followed), or None."""
+    trail = {start: [start]}
+    todo = [(start, rec)]
     while todo:
         path, rec = todo.pop()
-        for nxt in one_way_replicas(path, rec):
-            if nxt == src:
-                cycle = " -> ".join([src, *trail[path], src])
-                raise InvalidArgument(
-                    f"a replica {dst} of {src} would close a cycle of one-way links ({cycle}); replicate between"
-                    " two streams both ways (multi-master) instead, or leave one link out"
-                )
+        for nxt in follow(rec):
+            try:
+                _, nrec = load(reg, nxt)
+            except StreamreplError:  # gone or unreachable: no link on through it to follow
+                continue
+            if back(nrec, path):
+                continue
+            if nxt == goal:
+                return [*trail[path], nxt]
             if nxt not in trail:
                 trail[nxt] = [*trail[path], nxt]
-                try:
-                    todo.append((nxt, load(reg, nxt)[1]))
-                except StreamreplError:
-                    continue
+                todo.append((nxt, nrec))
+    return None
+
+
+def _cycle_error(cycle: list[str], what: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{what} would close a cycle of one-way links ({' -> '.join(cycle)}); replicate between two streams both"
+        " ways (multi-master) instead, or leave one link out"
+    )
+
+
+def _refuse_one_way_cycle(reg: Registry, src: str, dst: str, drec: Stream) -> None:
+    """Refuse a replica half src -> dst that closes a cycle of one-way links (dst -> ... -> src): each stream of it
+    would take records from a stream that takes its own. A link back (dst -> src) makes a multi-master pair."""
+    if drec.replica(src) is not None:
+        return
+    found = _one_way_trail(
+        reg, dst, drec, src, lambda rec: [e.path for e in rec.replicas], lambda rec, p: rec.replica(p) is not None
+    )
+    if found is not None:
+        raise _cycle_error([src, *found], f"a replica {dst} of {src}")
+
+
+def _refuse_one_way_upstream_cycle(reg: Registry, dst: str, up: str, urec: Stream) -> None:
+    """The same for the upstream half up -> dst, which may be the last half of a link to come: walks upstreams back
+    from `up` (who feeds it) looking for `dst`."""
+    if urec.upstream(dst) is not None:
+        return
+    found = _one_way_trail(
+        reg, up, urec, dst, lambda rec: [e.path for e in rec.upstreams], lambda rec, p: rec.upstream(p) is not None
+    )
+    if found is not None:
+        raise _cycle_error([*reversed(found), dst], f"an upstream {up} of {dst}")
 
 
 def add(
@@ -189,6 +212,7 @@ def edit(
             raise InvalidArgument(f"stream {src.path} cannot be its own replica")
         if srec.replica(str(new_r.path)):
             raise AlreadyExists(f"stream {new_r.path} is already a replica of {src.path}")
+        _refuse_one_way_cycle(reg, str(src.path), str(new_r.path), new_rec)
         moved = Replica(path=str(new_r.path), cluster=new_r.cluster.name, stream=new_r.path.path, uuid=new_rec.uuid)
         _check_encryption(reg, src, new_r, networkencryption)
     else:
@@ -252,6 +276,7 @@ def upstream_add(reg: Registry, path: str, upstream: str) -> Upstream:
         raise InvalidArgument(f"stream {dst.path} cannot be its own upstream")
     _, urec = load(reg, upstream)
     check_perm(drec, "adminperm", dst.path, "add upstreams")
+    _refuse_one_way_upstream_cycle(reg, str(dst.path), str(up.path), urec)
 
     def register(current: Stream | None) -> Stream:
         if current is None:

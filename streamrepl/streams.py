@@ -139,14 +139,24 @@ def check_perm(rec: Stream, perm: str, stream: StreamPath, action: str) -> None:
 
 
 def refuse_lockout(given: dict[str, Any], stream: StreamPath) -> None:
-    """Refuse the empty adminperm: it grants nobody, and since changing it needs adminperm, nobody (root included:
-    streamrepl checks ACEs itself, not the operating system) could ever change the stream again. Giving adminperm
-    to someone else stays possible: they can give it back."""
-    if "adminperm" in given and ace.parse(given["adminperm"]).expr is None:
+    """Refuse an adminperm that grants nobody (empty, or one no identity passes): since changing it needs adminperm,
+    nobody (root included: streamrepl checks ACEs itself, not the operating system) could ever change the stream
+    again. Giving adminperm to someone else stays possible: they can give it back."""
+    if "adminperm" not in given:
+        return
+    admins = ace.parse(given["adminperm"])
+    if admins.expr is None:
         me = ace.current_identity()
         raise InvalidArgument(
             f"an empty -adminperm would leave nobody able to change or delete stream {stream}, ever; name who"
             f" administers it, e.g. -adminperm 'u:{me.user}'"
+        )
+    if ace.grants_nobody(admins):  # `u:alice & u:bob`, `u:root & !u:root`: as empty as the empty ACE
+        me = ace.current_identity()
+        raise InvalidArgument(
+            f"-adminperm '{admins}' passes nobody (a user has one name, and nobody both is and is not in a group"
+            f" or role), so nobody could change or delete stream {stream} again; name who administers it, e.g."
+            f" -adminperm 'u:{me.user}'"
         )
 
 

@@ -282,8 +282,9 @@ def info(reg: Registry, path: str, topic: str) -> list[dict[str, Any]]:
                     "partitionid": p,
                     "minoffset": low,
                     "maxoffset": end - 1 if end > low else -1,
-                    "mintimestamp": _iso(first.timestamp()[1]) if first else None,
-                    "maxtimestamp": _iso(last.timestamp()[1]) if last else None,
+                    # `is not None`: a Message has a length (its value's), so one with an empty value is falsy.
+                    "mintimestamp": _iso(first.timestamp()[1]) if first is not None else None,
+                    "maxtimestamp": _iso(last.timestamp()[1]) if last is not None else None,
                     "minoffsetacrossconsumers": min(committed, default=low),
                     "timestamptype": meta.timestamptype,
                 }

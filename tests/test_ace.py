@@ -349,3 +349,56 @@ def test_parse_never_raises_anything_but_ace_error(text):
     else:
         assert isinstance(result, Ace)
         assert parse(str(result)) == result
+
+
+# --- expressions nobody passes (an adminperm that would lock everyone out) ------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["u:root & !u:root", "u:alice & u:bob", "u:1 & u:2 & !u:1", "g:eng & !g:eng", "!(r:x | !r:x)", "u:a & (u:b | u:c)"],
+)
+def test_an_expression_nobody_passes_is_recognised(text):
+    assert ace.grants_nobody(parse(text))
+    assert ace.example(parse(text)) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "p",
+        "u:alice",
+        "!u:alice",
+        "u:alice & u:1001",  # alice whose uid is 1001
+        "u:01 & u:1",  # uid 1
+        "g:eng & g:ops & !r:admin",
+        "u:alice & !u:bob",
+        "(u:a | u:b) & !u:a",
+    ],
+)
+def test_an_expression_someone_passes_is_not_refused(text):
+    assert not ace.grants_nobody(parse(text))
+    someone = ace.example(parse(text))
+    assert someone is not None and parse(text).allows(someone)
+
+
+def test_the_empty_ace_grants_nobody():
+    assert ace.grants_nobody(Ace())
+
+
+def test_an_expression_too_large_to_search_is_not_refused():
+    """Only an expression shown to grant nobody is refused; the search gives up on a huge one (a lock-out that
+    large is no typing slip)."""
+    huge = Ace(And(tuple(Or((Term("g", f"a{i}"), Term("g", f"b{i}"))) for i in range(3000))))
+    assert not ace.grants_nobody(huge)
+
+
+@settings(max_examples=300)
+@given(ACES, IDENTITIES)
+def test_grants_nobody_is_right_both_ways(tree, identity):
+    """Shown to grant nobody: no identity passes it. Otherwise the example identity does."""
+    if ace.grants_nobody(tree):
+        assert not tree.allows(identity)
+    else:
+        someone = ace.example(tree)
+        assert someone is not None and tree.allows(someone)

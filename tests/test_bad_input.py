@@ -151,6 +151,10 @@ CASES = [
     c("ace-too-long", "stream", "create", "-path", "{NEW}", "-adminperm", HUGE, expect="limit is 65536"),
     c("edit-ace-invalid", "stream", "edit", "-path", "{S}", "-adminperm", "u:{ME} |", expect="expected a term"),
     c("edit-ace-p-combined", "stream", "edit", "-path", "{S}", "-consumeperm", "p|g:x", expect="cannot be combined"),
+    c("edit-ace-admin-nobody", "stream", "edit", "-path", "{S}", "-adminperm", "u:{ME} & !u:{ME}", expect="-adminperm 'u:.*' passes nobody.*nobody could change or delete"),
+    c("edit-ace-admin-two-users", "stream", "edit", "-path", "{S}", "-adminperm", "u:{ME} & u:bob", expect="passes nobody"),
+    c("edit-ace-admin-nobody-json", "stream", "edit", "-path", "{S}", "-adminperm", "u:root & !u:root", "-json", expect="passes nobody"),
+    c("create-ace-admin-two-users", "stream", "create", "-path", "{NEW}", "-adminperm", "u:alice & u:bob", expect="passes nobody"),
     # -- permissions the ACE denies ------------------------------------------------------------
     c("edit-denied", "stream", "edit", "-path", "{S}", "-ttl", "1", expect="'alice' lacks adminperm", env=ALICE),
     c("edit-ace-denied", "stream", "edit", "-path", "{S}", "-adminperm", "p", expect="lacks adminperm", env=ALICE),
@@ -210,6 +214,24 @@ CASES = [
     c("registry-bad-cluster-name", "-clusters", "{REG:badname}", "stream", "list", expect="cluster name 'a/b'"),
     c("registry-default-unknown", "-clusters", "{REG:baddefault}", "stream", "list", expect="default cluster 'atlantis'"),
     c("registry-unknown-property", "-clusters", "{REG:unknownprop}", "stream", "list", expect="No such configuration property"),
+    c("registry-unknown-property-named", "-clusters", "{REG:unknownprop}", "stream", "list", expect="property 'no.such.property' of cluster 'sanfrancisco'.*registry"),
+    c("registry-bad-value", "-clusters", "{REG:badvalue}", "stream", "list", expect="property 'acks' of cluster 'sanfrancisco'.*Invalid value"),
+    c("registry-bad-value-json", "-clusters", "{REG:badvalue}", "stream", "list", "-json", expect="property 'acks' of cluster"),
+    c("registry-out-of-range", "-clusters", "{REG:outofrange}", "stream", "list", expect="property 'linger.ms' of cluster 'sanfrancisco'.*outside allowed range"),
+    c("registry-nested-20000-deep", "-clusters", "{REG:deep}", "stream", "list", expect="nested deeper than .* at line 3"),
+    c("registry-nested-mappings", "-clusters", "{REG:deepmap}", "stream", "list", expect="nested deeper than"),
+    c("registry-list-as-cluster-name", "-clusters", "{REG:listkey}", "stream", "list", expect="a list is used as a name at line 2"),
+    c("registry-mapping-as-cluster-name", "-clusters", "{REG:mapkey}", "stream", "list", expect="a mapping is used as a name at line 2"),
+    c("registry-list-as-property-name", "-clusters", "{REG:propkey}", "stream", "list", expect="a list is used as a name at line 3"),
+    # As processes of their own, killed after a while: in the tests' process a hang would stop the run.
+    c("registry-dev-zero", "-clusters", "/dev/zero", "stream", "list", expect="cannot be read: it is a character device, not a file", offline=True),
+    c("registry-fifo", "-clusters", "{REG:fifo}", "stream", "list", expect="cannot be read: it is a FIFO, not a file", offline=True),
+    c("registry-too-large", "-clusters", "{REG:huge}", "stream", "list", expect="too large .*at most 4 MiB"),
+    # -- numbers past what Kafka takes ---------------------------------------------------------
+    c("produce-partition-beyond-int32", "produce", "-path", "{S}:t", "-partition", "9999999999", expect="-partition 9999999999 is too large"),
+    c("consume-partition-beyond-int32", "consume", "-path", "{S}:t", "-partition", "9999999999", expect="-partition 9999999999 is too large"),
+    c("consume-timestamp-beyond-int64", "consume", "-path", "{S}:t", "-timestamp", "9223372036854775808", expect="-timestamp 9223372036854775808 is too large"),
+    c("consume-timestamp-beyond-int64-json", "consume", "-path", "{S}:t", "-timestamp", "99999999999999999999", "-json", expect="-timestamp .* is too large"),
     # -- with -json: the error envelope on stdout instead ---------------------------------------
     c("json-exists", "stream", "create", "-path", "{S}", "-json", expect="already exists"),
     c("json-ace", "stream", "create", "-path", "{NEW}", "-adminperm", "p|u:x", "-json", expect="cannot be combined"),
@@ -247,6 +269,14 @@ def write_registries(d: Path, good: Path) -> dict[str, Path]:
         "badname": "clusters:\n  a/b:\n    bootstrap.servers: 127.0.0.1:1\n",
         "baddefault": "default: atlantis\nclusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n",
         "unknownprop": good.read_text().replace("bootstrap.servers:", "no.such.property: 1\n    bootstrap.servers:", 1),
+        "badvalue": good.read_text().replace("bootstrap.servers:", "acks: banana\n    bootstrap.servers:", 1),
+        "outofrange": good.read_text().replace("bootstrap.servers:", "linger.ms: -5\n    bootstrap.servers:", 1),
+        "deep": "clusters:\n  a:\n    bootstrap.servers: " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "deepmap": "clusters: " + "{a: " * 20_000 + "1" + "}" * 20_000 + "\n",
+        "listkey": "clusters:\n  [a, b]:\n    bootstrap.servers: 127.0.0.1:1\n",
+        "mapkey": "clusters:\n  ? {a: 1}\n  : bootstrap.servers: 127.0.0.1:1\n",
+        "propkey": "clusters:\n  a:\n    [x]: 1\n    bootstrap.servers: 127.0.0.1:1\n",
+        "huge": "clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n" + ("#" * 1023 + "\n") * 5 * 1024,
         "dead": (
             f"clusters:\n  dead:\n    bootstrap.servers: 127.0.0.1:{closed}\n"
             "    security.protocol: SASL_PLAINTEXT\n    sasl.mechanisms: PLAIN\n"
@@ -261,6 +291,8 @@ def write_registries(d: Path, good: Path) -> dict[str, Path]:
     out["missing"] = d / "missing.yaml"
     out["directory"] = d / "adir.yaml"
     out["directory"].mkdir()
+    out["fifo"] = d / "fifo.yaml"
+    os.mkfifo(out["fifo"], 0o600)  # nothing ever writes to it: reading it would wait forever
     out["unreadable"] = d / "unreadable.yaml"
     out["unreadable"].write_text(good.read_text())
     out["unreadable"].chmod(0)

@@ -9,10 +9,11 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support import STREAMREPL_BIN, Run, one_error_line, run_cli, run_proc
+from support import RECENT_MS, STREAMREPL_BIN, Run, one_error_line, run_cli, run_proc
 
 from streamrepl.local import EphemeralClusters
 
@@ -291,6 +292,40 @@ def test_replica_add_refuses_to_close_a_cycle_of_one_way_links(
     assert cli("stream", "replica", "add", "-path", b, "-replica", a, "-paused", "true").code == 0
 
 
+def test_upstream_add_refuses_to_close_a_cycle_of_one_way_links(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    """A link needs both halves; the last one added closes a cycle, and it may be the upstream half. Here the
+    replica half c -> a passes replica add's check (a replica half b -> a made a and b look multi-master then), and
+    `upstream add -path a -upstream c` would have closed the one-way cycle a -> b -> c -> a (issue 25)."""
+    a, b, c = new_path(stem="up"), new_path("newyork", stem="up"), new_path(stem="up")
+    for path in (a, b, c):
+        assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "replica", "add", "-path", b, "-replica", a, "-paused", "true").code == 0
+    _link(cli, a, b)
+    _link(cli, b, c)
+    assert cli("stream", "replica", "add", "-path", c, "-replica", a, "-paused", "true").code == 0
+    line = one_error_line(cli("stream", "upstream", "add", "-path", a, "-upstream", c))
+    assert "cycle" in line and f"{a} -> {b} -> {c} -> {a}" in line, line
+    assert cli("stream", "upstream", "list", "-path", a, "-json").data() == []
+    # The other half of b -> a makes a and b a multi-master pair, which stays allowed.
+    assert cli("stream", "upstream", "add", "-path", a, "-upstream", b).code == 0
+
+
+def test_replica_edit_newreplica_refuses_to_close_a_cycle_of_one_way_links(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    a, b, c, x = (new_path(stem="ed") for _ in range(4))
+    for path in (a, b, c, x):
+        assert cli("stream", "create", "-path", path).code == 0
+    _link(cli, a, b)
+    _link(cli, b, c)
+    assert cli("stream", "replica", "add", "-path", c, "-replica", x, "-paused", "true").code == 0
+    line = one_error_line(cli("stream", "replica", "edit", "-path", c, "-replica", x, "-newreplica", a))
+    assert "cycle" in line and f"{a} -> {b} -> {c}" in line, line
+    assert [r["replicaPath"] for r in cli("stream", "replica", "list", "-path", c, "-json").data()] == [x]
+
+
 def test_replica_resume_says_why_it_cannot_restart_a_link_in_error(
     cli: Callable[..., Run], new_path: Callable[..., str]
 ) -> None:
@@ -352,3 +387,49 @@ def test_produce_writes_the_bytes_of_a_key_and_header_that_are_not_utf8(
     fields = got.stdout.splitlines()[0].split("\t")
     assert fields[4] == "\\xff\\xfe", fields
     assert fields[6] == "h=\\xfa", fields
+
+
+# -- issue 25: what the options asked for is done, or said not to be ------------------------------------------------
+def test_sparkconf_is_said_to_be_ignored_when_the_job_runs_in_this_process(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    src, dst = new_path(stem="sc"), new_path("newyork", stem="sc")
+    assert cli("stream", "create", "-path", src).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t", "-partitions", "1").code == 0
+    assert run_proc(["produce", "-path", f"{src}:t"], stdin="a\nb\n").code == 0
+    conf = ["-sparkconf", "spark.executor.memory=2g", "-sparkconf", "spark.ui.enabled=false"]
+    warning = (
+        "warning: -sparkconf spark.executor.memory, spark.ui.enabled ignored: the job runs in this process"
+        " (below 2,000,000; -mapreduce true to use Spark)"
+    )
+    copy = cli("copystream", "-src", src, "-dst", dst, *conf)
+    assert copy.code == 0, copy
+    assert f"copystream: {warning}" in copy.stderr.splitlines(), copy.stderr
+    diff = cli("diffstreams", "-src", src, "-dst", dst, *conf, "-json")
+    assert diff.code == 0, diff
+    assert f"diffstreams: {warning}" in diff.stderr.splitlines(), diff.stderr
+    # Without -sparkconf, nothing is said.
+    again = cli("diffstreams", "-src", src, "-dst", dst)
+    assert again.code == 0 and "warning" not in again.stderr, again
+
+
+def test_topic_info_shows_the_timestamps_of_records_with_empty_or_null_values(
+    cli: Callable[..., Run], new_path: Callable[..., str]
+) -> None:
+    """A record whose value is empty or null is falsy to Python (confluent_kafka's Message has a length): the first
+    and last records' timestamps were left blank."""
+    path = new_path(stem="ts")
+    assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "topic", "create", "-path", path, "-topic", "t", "-partitions", "1").code == 0
+    lines = [
+        f'{{"value":"","timestamp":{RECENT_MS}}}',
+        '{"value":"x"}',
+        f'{{"value":null,"timestamp":{RECENT_MS + 2000}}}',
+    ]
+    assert run_proc(["produce", "-path", f"{path}:t", "-format", "json"], stdin="\n".join(lines) + "\n").code == 0
+    [row] = cli("stream", "topic", "info", "-path", path, "-topic", "t", "-json").data()
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+    assert (row["mintimestamp"], row["maxtimestamp"]) == (iso(RECENT_MS), iso(RECENT_MS + 2000)), row

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -165,6 +168,21 @@ def test_a_failed_produce_says_what_it_wrote(ec: EphemeralClusters, stream: str)
     assert sorted(r["value"] for r in got) == ["a", "b", "ok", "ok"]
 
 
+def test_a_lone_surrogate_stops_produce_at_its_line_and_the_lines_before_it_are_written(
+    ec: EphemeralClusters, stream: str
+) -> None:
+    """A header name with a lone surrogate once crashed the process (SIGSEGV in the client) and took the
+    valid lines before it along, unsaid."""
+    lines = ['{"value":"a","partition":0}', '{"value":"b","partition":0}', '{"value":"v","headers":{"\\ud800":"x"}}']
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="\n".join(lines) + "\n")
+    err = one_line_error(p)
+    assert "line 3: a header name holds a lone surrogate" in err, err
+    assert "2 records before it were written (partition 0: offsets 0-1)" in err, err
+    assert p.stdout.splitlines()[1:] == ["clicks\t0\t2\t0\t1"]
+    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "2", "-json")))
+    assert [r["value"] for r in got] == ["a", "b"]
+
+
 BAD_PRODUCE = [
     (["-partition", "-1"], "x\n", "-partition -1 is negative"),
     (["-timeout", "-1"], "x\n", "-timeout -1"),
@@ -174,6 +192,15 @@ BAD_PRODUCE = [
     (["-format", "json"], '{"value":"v","timestamp":1e30}\n', "line 1: 'timestamp' 1e+30"),
     (["-format", "json"], '{"value":"v","timestamp":"soon"}\n', "line 1: 'timestamp'"),
     (["-format", "json"], '{"value":"v","partition":-1}\n', "line 1: 'partition' -1"),
+    # A lone UTF-16 surrogate is valid JSON but no text UTF-8 can hold (a header name with one crashed librdkafka).
+    (["-format", "json"], '{"value":"\\ud800"}\n', "line 1: 'value' holds a lone surrogate"),
+    (["-format", "json"], '{"key":"a\\udfffb","value":"v"}\n', "line 1: 'key' holds a lone surrogate"),
+    (["-format", "json"], '{"value":"v","headers":{"\\ud800":"x"}}\n', "line 1: a header name holds a lone surrogate"),
+    (["-format", "json"], '{"value":"v","headers":{"h":"\\ud800"}}\n', "line 1: header 'h' holds a lone surrogate"),
+    (["-format", "json"], '{"value":"v","headers":[["\\ud800","x"]]}\n', "line 1: a header name holds a lone"),
+    (["-format", "json"], '{"\\ud800":"v"}\n', "line 1: unknown field '\\ud800'"),
+    (["-format", "json"], "[" * 100_000 + "]" * 100_000 + "\n", "line 1 is nested deeper than"),
+    (["-format", "json"], '{"value":' + "[" * 100_000 + "]" * 100_000 + "}\n", "line 1 is nested deeper than"),
 ]
 
 
@@ -203,3 +230,42 @@ def test_bad_consume_options_are_one_line_errors_before_anything_is_read(ec: Eph
         p = cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "2", *args)
         assert message in one_line_error(p), args
         assert p.stdout == "", args
+
+
+def test_a_line_that_fails_unexpectedly_still_says_what_was_written_before_it(
+    ec: EphemeralClusters, stream: str
+) -> None:
+    """A JSON line nested 100,000 deep ended in 'unexpected RecursionError' without a word of the lines before it."""
+    lines = ['{"value":"a","partition":1}', '{"value":"b","partition":1}', "[" * 100_000 + "]" * 100_000]
+    p = cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin="\n".join(lines) + "\n")
+    err = one_line_error(p)
+    assert "line 3 is nested deeper than" in err and "2 records before it were written (partition 1" in err, err
+
+
+@pytest.mark.parametrize("field", ["header name", "header value", "key", "value"])
+def test_the_client_refuses_a_lone_surrogate_instead_of_crashing(
+    ec: EphemeralClusters, stream: str, field: str
+) -> None:
+    """StreamProducer, used as a library: a str with a lone surrogate is an InvalidArgument naming the field (a
+    header name holding one crashed the process in the Kafka client). Run as a process of its own, which a crash
+    would end without taking the tests along."""
+    kwargs = {
+        "header name": "headers={'\\ud800': b'x'}",
+        "header value": "headers={'h': '\\ud800'}",
+        "key": "key='\\ud800'",
+        "value": "value='\\ud800'",
+    }[field]
+    code = (
+        "from streamrepl.client import StreamProducer\n"
+        "from streamrepl.errors import InvalidArgument\n"
+        f"p = StreamProducer('{stream}:clicks')\n"
+        "try:\n"
+        f"    p.produce({kwargs})\n"
+        "except InvalidArgument as e:\n"
+        "    print(e)\n"
+        "p.close(5)\n"
+    )
+    env = dict(os.environ, STREAMREPL_CLUSTERS=str(ec.registry_path))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run
+    assert f"{field} holds a lone surrogate (\\ud800)" in run.stdout, run

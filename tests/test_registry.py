@@ -94,6 +94,58 @@ def test_property_values_are_strings(tmp_path: Path) -> None:
     }
 
 
+def test_names_are_read_as_written(tmp_path: Path) -> None:
+    """YAML 1.1 read the cluster names yes, on and 0123 as True, True and 83 (octal), and `default: 0123` as 83;
+    names are text, as YAML 1.2 reads them."""
+    text = (
+        "default: 0123\nclusters:\n  yes:\n    bootstrap.servers: h:1\n  on:\n    bootstrap.servers: h:2\n"
+        "  0123:\n    bootstrap.servers: h:3\n  1e3:\n    bootstrap.servers: h:4\n"
+    )
+    reg = registry.parse(text, tmp_path / "r.yaml")
+    assert list(reg.clusters) == ["yes", "on", "0123", "1e3"]
+    assert reg.default == "0123" and reg.get("0123").bootstrap == "h:3"
+    assert registry.parse(text.replace("default: 0123", "default: on"), tmp_path / "r.yaml").default == "on"
+
+
+@pytest.mark.parametrize("name", ["~", "null", "''"])
+def test_a_cluster_named_null_is_refused_by_its_name(tmp_path: Path, name: str) -> None:
+    """`~:` was read as the name None; `null` is a name like any other."""
+    text = f"clusters:\n  {name}:\n    bootstrap.servers: h:1\n"
+    if name == "null":
+        assert list(registry.parse(text, tmp_path / "r.yaml").clusters) == ["null"]
+        return
+    with pytest.raises(RegistryError, match=r"cluster name '[~]?' .* is not valid"):
+        registry.parse(text, tmp_path / "r.yaml")
+
+
+def test_yaml_merge_keys_are_accepted(tmp_path: Path) -> None:
+    """`<<: *base` was refused as 'not valid YAML'."""
+    text = (
+        "clusters:\n"
+        "  a: &base\n    bootstrap.servers: h:1\n    security.protocol: SASL_SSL\n    sasl.mechanism: PLAIN\n"
+        "  b:\n    <<: *base\n    bootstrap.servers: h:2\n"
+        "  c:\n    <<: [*base, {socket.timeout.ms: 7000}]\n    sasl.mechanism: SCRAM-SHA-512\n"
+    )
+    reg = registry.parse(text, tmp_path / "r.yaml")
+    assert reg.get("b").properties == {
+        "bootstrap.servers": "h:2",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+    }
+    assert reg.get("c").properties == {
+        "bootstrap.servers": "h:1",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "socket.timeout.ms": "7000",
+    }
+
+
+def test_a_key_given_twice_beside_a_merge_is_still_an_error(tmp_path: Path) -> None:
+    text = "clusters:\n  a: &base\n    bootstrap.servers: h:1\n  b:\n    <<: *base\n    acks: 1\n    acks: all\n"
+    with pytest.raises(RegistryError, match="'acks' is given more than once"):
+        registry.parse(text, tmp_path / "r.yaml")
+
+
 def test_unknown_cluster_names_the_known_ones(tmp_path: Path) -> None:
     p = write(tmp_path / "r.yaml", {"a": {"bootstrap.servers": "x:1"}})
     with pytest.raises(Exception, match="unknown cluster 'zz' .*known: a"):
@@ -119,6 +171,13 @@ def test_secret_properties_are_masked(prop: str) -> None:
     assert c.masked()[prop] == registry.MASK
     assert c.masked()["sasl.username"] == "op"
     assert c.secrets() == [SECRET]
+
+
+def test_a_cluster_shows_masked_in_its_repr() -> None:
+    """What a log line, an assertion or a traceback prints of a cluster holds no secret."""
+    c = registry.Cluster("a", {"bootstrap.servers": f"op:{SECRET}-ui@h:1", "sasl.password": SECRET})
+    assert SECRET not in repr(c) and SECRET not in str(c)
+    assert "op:********@h:1" in repr(c)
 
 
 @pytest.mark.parametrize("prop", ["bootstrap.servers", "sasl.username", "security.protocol", "ssl.ca.location"])
@@ -271,3 +330,25 @@ def test_an_unknown_top_level_entry_is_an_error(tmp_path: Path) -> None:
         registry.load(str(path))
     assert "unknown top-level entry 'sasl.password'" in e.value.message and "indent" in e.value.message
     assert "hunter2-planted" not in e.value.message
+
+
+def test_an_error_quoting_a_registry_secret_shows_it_masked(tmp_path: Path) -> None:
+    """A broker's own error text quoted in a command's error may carry the address as written, password and
+    all (librdkafka names a broker `[user:password@host:1]:9092/bootstrap`): masked on the way out."""
+    import click
+    from click.testing import CliRunner
+
+    from streamrepl.commands.common import app, handles_errors
+    from streamrepl.errors import Unreachable
+
+    reg = write(tmp_path / "clusters.yaml", {"a": {"bootstrap.servers": f"op:{SECRET}@127.0.0.1:1"}})
+
+    @click.command()
+    @handles_errors
+    def quoting() -> None:
+        raise Unreachable(f"[{app().registry.get('a').bootstrap}]:9092/bootstrap: Failed to resolve")
+
+    for fmt in ([], ["-json"]):
+        r = CliRunner().invoke(quoting, ["-clusters", str(reg), *fmt])
+        assert r.exit_code == 1, r.output
+        assert SECRET not in r.output + r.stderr and "[op:********@127.0.0.1:1]:9092" in r.output + r.stderr

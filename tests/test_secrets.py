@@ -2,8 +2,8 @@
 
 One registry holds planted secrets (SASL passwords, a TLS key password, an OIDC client secret) in
 four clusters: `live`, a real broker spoken to in PLAINTEXT (librdkafka ignores the secrets there),
-`dead`, a port where nothing listens, and `sasl` and `oidc`, the same live broker reached with SASL
-settings it refuses. Many commands run against them; every byte they write is searched for the
+`dead`, a port where nothing listens, `userinfo`, whose bootstrap.servers holds `user:password@`, and
+`sasl` and `oidc`, the same live broker reached with SASL settings it refuses. Many commands run against them; every byte they write is searched for the
 secrets: stdout and stderr (for the commands run as processes, librdkafka's own writes to fd 2 as
 well), the logs of gateways at -loglevel debug, and the files a Spark job leaves in $TMPDIR.
 
@@ -72,6 +72,8 @@ def registry_doc(live_bootstrap: str, dead_port: int) -> dict[str, object]:
                 "sasl.password": f"{SECRET}-dead-sasl",
                 "ssl.key.password": f"{SECRET}-dead-key",
             },
+            # A password written into the address (librdkafka takes it for a host name, which does not resolve).
+            "userinfo": {"bootstrap.servers": f"operator:{SECRET}-userinfo@127.0.0.1:{dead_port}"},
             "sasl": {
                 "bootstrap.servers": live_bootstrap,
                 "security.protocol": "SASL_PLAINTEXT",
@@ -296,7 +298,7 @@ def test_registry_mistakes_never_quote_a_secret(tmp_path: Path, mistake: str) ->
 
 # -- clusters that do not answer, or refuse us: errors, and gateway logs at debug level ---------------
 def test_unreachable_and_refusing_clusters(env: Env) -> None:
-    logs = {name: env.tmp / f"gateway-{name}.log" for name in ("live", "dead")}
+    logs = {name: env.tmp / f"gateway-{name}.log" for name in ("live", "dead", "userinfo")}
     gateways = {}
     for name, path in logs.items():
         with path.open("w") as log:
@@ -311,6 +313,11 @@ def test_unreachable_and_refusing_clusters(env: Env) -> None:
         (["cluster", "list", "-timeout", "3", "-json"], ""),
         (["stream", "info", "-path", "/dead/orders", "-json"], ""),
         (["stream", "create", "-path", "/dead/orders"], ""),
+        (["stream", "info", "-path", "/userinfo/orders"], ""),
+        (["stream", "info", "-path", "/userinfo/orders", "-json"], ""),
+        (["stream", "list", "-cluster", "userinfo", "-json"], ""),
+        (["produce", "-path", "/userinfo/orders:t", "-timeout", "5"], "one\n"),
+        (["stream", "replica", "add", "-path", STREAM, "-replica", "/userinfo/orders"], ""),
         (["produce", "-path", "/dead/orders:t", "-timeout", "5"], "one\ntwo\n"),
         (["stream", "list", "-cluster", "sasl"], ""),
         (["consume", "-path", "/sasl/orders:clicks", "-count", "1", "-timeout", "3"], ""),
@@ -324,7 +331,9 @@ def test_unreachable_and_refusing_clusters(env: Env) -> None:
             runs = list(pool.map(lambda job: run_proc(env, job[0], stdin=job[1]), slow))
         # The gateway of the dead cluster logs its first failure after its 10 s wait for an answer.
         deadline = time.monotonic() + 30
-        while "does not answer" not in logs["dead"].read_text() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not all(
+            "does not answer" in logs[name].read_text() for name in ("dead", "userinfo")
+        ):
             time.sleep(0.2)
     finally:
         for gw in gateways.values():
@@ -342,12 +351,14 @@ def test_unreachable_and_refusing_clusters(env: Env) -> None:
     # The commands did meet the clusters they were meant to: the live one answers, the others not.
     [listing] = [r for (args, _), r in zip(slow, runs, strict=True) if args[-1] == "-json" and args[0] == "cluster"]
     answers = {row["cluster"]: row["answers"] for row in listing.data()}
-    assert answers == {"live": True, "dead": False, "sasl": False, "oidc": False}
+    assert answers == {"live": True, "dead": False, "userinfo": False, "sasl": False, "oidc": False}
     assert "does not answer" in outputs["stream info -path /dead/orders -json"]
+    assert "(operator:********@127.0.0.1:" in outputs["stream info -path /userinfo/orders -json"]
     assert "gateway gw-live started for cluster live" in gateway_logs["gateway live log"]
     assert "acquired /live/orders-replica:clicks" in gateway_logs["gateway live log"]
     assert "does not answer" in gateway_logs["gateway dead log"]
-    assert codes == {"live": 0, "dead": 0}, gateway_logs
+    assert "(operator:********@127.0.0.1:" in gateway_logs["gateway userinfo log"]
+    assert codes == {"live": 0, "dead": 0, "userinfo": 0}, gateway_logs
 
 
 # -- every registry property reaches the clients of Spark tasks --------------------------------------

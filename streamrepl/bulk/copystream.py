@@ -369,6 +369,9 @@ def copystream(
         records = sum(i["end"] - i["est"] for i in work)
         result.engine = inprocess.choose(records, inprocess.COPY_LIMIT, mapreduce, master)
         line = result.engine.line("copying", records)
+        unused = inprocess.unused_sparkconf(result.engine, conf)
+        if unused:
+            warn(unused)
         spec = {
             "src_cluster": src_r.cluster.name,
             "src_props": dict(src_r.cluster.properties),

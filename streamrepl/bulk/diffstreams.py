@@ -207,8 +207,10 @@ def diffstreams(
     mapreduce: bool | None = None,
     progress: bool | None = None,
     say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> DiffResult:
     """Compare two streams partition by partition; see the module doc."""
+    warn = warn or (lambda text: print(f"diffstreams: warning: {text}", file=sys.stderr))
     spark.check_spark_options(master, numthreads)
     inprocess.check_engine_options(mapreduce, master)
     if str(streams.resolve(reg, src).path) == str(streams.resolve(reg, dst).path):
@@ -228,6 +230,9 @@ def diffstreams(
     records = sum(i["src_end"] + i["dst_end"] for i in items)
     result.engine = inprocess.choose(records, inprocess.DIFF_LIMIT, mapreduce, master)
     inprocess.announce("diffstreams", result.engine.line("comparing", records), say, show)
+    unused = inprocess.unused_sparkconf(result.engine, conf)
+    if unused:
+        warn(unused)
     spec = {
         "src_cluster": src_r.cluster.name,
         "src_props": dict(src_r.cluster.properties),

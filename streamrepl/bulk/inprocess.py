@@ -82,6 +82,13 @@ def choose(records: int, limit: int, mapreduce: bool | None, master: str | None)
     return Engine(False, f"below {limit:,}; -mapreduce true to use Spark")
 
 
+def unused_sparkconf(engine: Engine, conf: dict[str, str] | None) -> str | None:
+    """The warning for -sparkconf given to a job that runs in this process, where nothing reads it; else None."""
+    if engine.spark or not conf:
+        return None
+    return f"-sparkconf {', '.join(sorted(conf))} ignored: the job runs in this process ({engine.why})"
+
+
 def announce(command: str, text: str, say: Callable[[str], None] | None, show: bool) -> None:
     """The engine line: to `say` when the caller gives one (autosetup), else on stderr when it is a terminal."""
     if say is not None:

@@ -24,11 +24,23 @@ log = logging.getLogger("streamrepl.client")
 HeadersIn = dict[str, Any] | list[tuple[str, Any]] | None
 
 
-def _bytes(v: Any) -> bytes | None:
+def _utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; a lone surrogate (no character: JSON's "\\ud800", a str built by hand) is refused,
+    as the Kafka client cannot write it (a header name holding one crashes the process)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as e:
+        raise InvalidArgument(
+            f"{what} holds a lone surrogate (\\u{ord(text[e.start]):04x}), which is not text and cannot be"
+            " written as UTF-8; pass bytes, or text of whole characters"
+        ) from None
+
+
+def _bytes(v: Any, what: str = "the value") -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
     if isinstance(v, str):
-        return v.encode()
+        return _utf8(v, what)
     if isinstance(v, bytearray | memoryview):
         return bytes(v)
     raise InvalidArgument(f"keys, values and header values must be bytes or str, not {type(v).__name__}")
@@ -40,7 +52,9 @@ def _headers(headers: HeadersIn) -> list[tuple[str, bytes | None]]:
     for k, v in items:
         if k in policy.OWN_HEADERS:
             raise InvalidArgument(f"header '{k}' is reserved for replication; use another name")
-        out.append((str(k), _bytes(v)))
+        name = str(k)
+        _utf8(name, "a header name")
+        out.append((name, _bytes(v, "a header value")))
     return out
 
 
@@ -253,7 +267,7 @@ class StreamProducer:
         kt = self._kafka_topic(topic)
         kwargs: dict[str, Any] = {
             "value": _bytes(value),
-            "key": _bytes(key),
+            "key": _bytes(key, "the key"),
             "on_delivery": self._delivered(topic, on_delivery),
         }
         hs = _headers(headers)

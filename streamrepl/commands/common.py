@@ -140,7 +140,12 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
         try:
             return f(*args, **kwargs)
         except StreamreplError as e:
-            report_error(command_name(ctx), e.code, e.message, a.mode)
+            message, secrets = e.message, a.registry_secrets_safe()
+            if secrets:  # a broker's own error text quoted in ours may name its address, password and all
+                from ..kafka import scrub  # here: `--help` must not load the Kafka client
+
+                message = scrub(message, secrets)
+            report_error(command_name(ctx), e.code, message, a.mode)
         except KeyboardInterrupt as e:
             code = 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
             # A job that stopped part way says what it left behind (raised again with that text).

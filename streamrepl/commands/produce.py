@@ -45,9 +45,15 @@ def _check_seconds(value: float | None, option: str, above_zero: bool = False) -
         )
 
 
+#: Kafka partition numbers are 32-bit signed.
+MAX_PARTITION = 2**31 - 1
+
+
 def _check_partition(value: int | None) -> None:
     if value is not None and value < 0:
         raise InvalidArgument(f"-partition {value} is negative; partitions are numbered from 0")
+    if value is not None and value > MAX_PARTITION:
+        raise InvalidArgument(f"-partition {value} is too large: partition numbers go up to {MAX_PARTITION}")
 
 
 def _header_pairs(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
@@ -76,18 +82,42 @@ def _json_headers(value: Any, line: int) -> list[tuple[str, Any]]:
     if value is None:
         return []
     if isinstance(value, dict):
-        return [(str(k), _json_bytes(v, line)) for k, v in value.items()]
-    if isinstance(value, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in value):
-        return [(str(k), _json_bytes(v, line)) for k, v in value]
-    raise InvalidArgument(f"line {line}: 'headers' must be an object or a list of [key, value] pairs")
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in value):
+        pairs = [(k, v) for k, v in value]
+    else:
+        raise InvalidArgument(f"line {line}: 'headers' must be an object or a list of [key, value] pairs")
+    out = []
+    for k, v in pairs:
+        name = str(k)
+        _json_text(name, line, "a header name")
+        out.append((name, _json_bytes(v, line, f"header {_shown(name)}")))
+    return out
 
 
-def _json_bytes(v: Any, line: int) -> bytes | None:
+def _shown(name: str) -> str:
+    """A JSON field or header name for an error message: quoted, with lone surrogates as \\uXXXX."""
+    return "'" + name.encode("utf-8", "backslashreplace").decode() + "'"
+
+
+def _json_text(text: str, line: int, field: str) -> bytes:
+    """`text` as UTF-8. JSON may carry a lone UTF-16 surrogate (`"\\ud800"`), which is no character and
+    which UTF-8 cannot hold: refused here, naming the field (the Kafka client crashes on such a header name)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as e:
+        raise InvalidArgument(
+            f"line {line}: {field} holds a lone surrogate (\\u{ord(text[e.start]):04x}), which is not text and"
+            " cannot be written as UTF-8; write the character as a surrogate pair (\\ud83d\\ude00) or as itself"
+        ) from None
+
+
+def _json_bytes(v: Any, line: int, field: str) -> bytes | None:
     if v is None:
         return None
     if isinstance(v, str):
-        return v.encode()
-    return json.dumps(v, separators=(",", ":")).encode()
+        return _json_text(v, line, field)
+    return json.dumps(v, separators=(",", ":")).encode()  # ASCII: a lone surrogate in it stays an escape
 
 
 def _json_whole(obj: dict[str, Any], name: str, line: int, what: str, maximum: int) -> int | None:
@@ -103,6 +133,16 @@ def _json_whole(obj: dict[str, Any], name: str, line: int, what: str, maximum: i
 def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
     """The keyword arguments of StreamProducer.produce for one line of -format json."""
     try:
+        return _json_fields(line, n, base_headers, partition)
+    except RecursionError:  # Python's JSON reader and writer recurse once per level
+        raise InvalidArgument(
+            f"line {n} is nested deeper than the JSON reader follows (about {sys.getrecursionlimit()} levels);"
+            " a value that deep is better sent as text"
+        ) from None
+
+
+def _json_fields(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
+    try:
         obj = json.loads(line)
     except ValueError as e:
         raise InvalidArgument(f"line {n} is not JSON ({e})") from None
@@ -110,12 +150,12 @@ def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], par
         raise InvalidArgument(f"line {n}: expected a JSON object with 'value' (and key, headers, ...)")
     unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
     if unknown:
-        raise InvalidArgument(f"line {n}: unknown field '{sorted(unknown)[0]}'")
+        raise InvalidArgument(f"line {n}: unknown field {_shown(sorted(unknown)[0])}")
     k = obj.get("key")
-    given = _json_whole(obj, "partition", n, "a partition number, 0 or more", 2**31 - 1)
+    given = _json_whole(obj, "partition", n, "a partition number, 0 or more", MAX_PARTITION)
     return {
-        "value": _json_bytes(obj.get("value"), n),
-        "key": _json_bytes(k, n) if k is not None else None,
+        "value": _json_bytes(obj.get("value"), n, "'value'"),
+        "key": _json_bytes(k, n, "'key'") if k is not None else None,
         "headers": base_headers + _json_headers(obj.get("headers"), n),
         "partition": given if given is not None else partition,
         "timestamp": _json_whole(
@@ -168,14 +208,16 @@ def produce(
     Prints one row per partition written (records, first and last offset); with -json, one
     entry per record with its partition and offset. Records are acknowledged only once they
     are on every synchronous replica of the stream (unless replication falls back to
-    asynchronous, which is reported on stderr).
+    asynchronous, which is reported on stderr). A line that cannot be written (not JSON, a lone
+    surrogate, too large) stops reading there: the lines before it are written, and the error names
+    the line and says how many records were.
 
     \b
     printf 'a\\nb\\n' | streamrepl produce -path /sanfrancisco/activity:clicks -key user-1
     echo '{"key":"k","value":"v","headers":{"h":"1"}}' | streamrepl produce -path /s:t -format json
     """
     from ..client import StreamProducer
-    from ..kafka import KafkaException
+    from ..kafka import KafkaException, describe_exception
 
     stream, topic = _split_path(path)
     if not topic:
@@ -218,6 +260,10 @@ def produce(
                 break
             except KafkaException as e:
                 stopped = StreamreplError(_at_line(e.args[0].str() if e.args else str(e), n), errno.EIO)
+                break
+            except Exception as e:  # noqa: BLE001 - whatever stops a line, the error says what was written before it
+                code, message = describe_exception(e, app().registry_secrets_safe())
+                stopped = StreamreplError(_at_line(message, n), code)
                 break
             count += 1
             if count % 10000 == 0:
@@ -366,6 +412,10 @@ def consume(
         )
     if timestamp is not None and timestamp < 0:
         raise InvalidArgument(f"-timestamp {timestamp} is negative; give milliseconds since the epoch")
+    if timestamp is not None and timestamp > MAX_TIMESTAMP:
+        raise InvalidArgument(
+            f"-timestamp {timestamp} is too large: timestamps are milliseconds since the epoch, up to {MAX_TIMESTAMP}"
+        )
     for n in partition:
         _check_partition(n)
     _check_seconds(timeout, "timeout")

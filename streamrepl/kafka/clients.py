@@ -1,19 +1,25 @@
 """Kafka clients built from a registry cluster entry.
 
 Every client gets the registry's properties as they are (secrets included: librdkafka needs
-them) and nothing here logs or formats a configuration, so a secret never leaves the client.
+them) and nothing here logs or formats a configuration, so a secret never leaves the client (a
+property librdkafka refuses is named, with librdkafka's words scrubbed of the cluster's secrets).
 The base settings make a broker that does not answer a clear error within seconds, never a hang.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from ..errors import RegistryError
 from ..registry import Cluster
+from .errors import scrub
+
+C = TypeVar("C")
 
 #: How long an operator's command waits for a broker before saying it does not answer.
 REQUEST_TIMEOUT = 10.0
@@ -32,14 +38,60 @@ def client_config(cluster: Cluster, **extra: Any) -> dict[str, Any]:
     return conf
 
 
+def _close(client: Any) -> None:
+    if isinstance(client, Consumer):
+        client.close()
+
+
+def _build(make: Callable[[dict[str, Any]], C], cluster: Cluster, extra: dict[str, Any]) -> C:
+    """`make(conf)` for the cluster; when librdkafka refuses the configuration, an error naming the registry
+    property it refuses instead of librdkafka's own words alone ("broker error _INVALID_ARG: Invalid value for
+    configuration property "request.required.acks"", where the registry says `acks`)."""
+    conf = client_config(cluster, **extra)
+    try:
+        return make(conf)
+    except KafkaException as e:
+        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+        if err is None or err.code() != KafkaError._INVALID_ARG:
+            raise
+        culprit = _refused_property(make, cluster, extra)
+        if culprit is None:
+            raise  # not the registry's: streamrepl's own settings
+        raise RegistryError(
+            scrub(
+                f"property '{culprit}' of cluster '{cluster.name}' in the cluster registry is refused by the Kafka"
+                f" client: {err.str()}; fix or remove it in the registry (see librdkafka's CONFIGURATION.md)",
+                cluster.secrets(),
+            )
+        ) from None
+
+
+def _refused_property(make: Callable[[dict[str, Any]], Any], cluster: Cluster, extra: dict[str, Any]) -> str | None:
+    """The first registry property, in the registry's order, whose addition makes librdkafka refuse the client;
+    None when streamrepl's own settings alone are refused. The clients tried have no bootstrap.servers, so they
+    connect nowhere: when all of them are accepted, the address is what is left."""
+    mine = {k: v for k, v in cluster.client_properties.items() if k not in extra}
+    trial = {k: v for k, v in client_config(cluster, **extra).items() if k not in mine}
+    for name, value in [("", None), *((k, v) for k, v in mine.items() if k != "bootstrap.servers")]:
+        if name:
+            trial[name] = value
+        try:
+            _close(make(trial))
+        except KafkaException as e:
+            err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            refused = err is not None and err.code() == KafkaError._INVALID_ARG
+            return name if refused and name else None
+    return "bootstrap.servers" if "bootstrap.servers" in mine else None
+
+
 def admin_client(cluster: Cluster, **extra: Any) -> AdminClient:
-    return AdminClient(client_config(cluster, **extra))
+    return _build(AdminClient, cluster, extra)
 
 
 def producer(cluster: Cluster, **extra: Any) -> Producer:
     conf = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
     conf.update(extra)
-    return Producer(client_config(cluster, **conf))
+    return _build(Producer, cluster, conf)
 
 
 def consumer(cluster: Cluster, group: str | None = None, **extra: Any) -> Consumer:
@@ -53,4 +105,4 @@ def consumer(cluster: Cluster, group: str | None = None, **extra: Any) -> Consum
         "fetch.wait.max.ms": 10,
     }
     conf.update(extra)
-    return Consumer(client_config(cluster, **conf))
+    return _build(Consumer, cluster, conf)

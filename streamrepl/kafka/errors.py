@@ -96,7 +96,7 @@ def is_retriable(e: BaseException) -> bool:
 def unreachable(cluster: Cluster, what: str = "") -> Unreachable:
     detail = f" while {what}" if what else ""
     return Unreachable(
-        f"cluster '{cluster.name}' ({cluster.bootstrap}) does not answer{detail};"
+        f"cluster '{cluster.name}' ({cluster.shown_bootstrap}) does not answer{detail};"
         " check that its brokers are up and the registry's bootstrap.servers"
     )
 
