@@ -98,6 +98,14 @@ def promote(
     if not rec.upstreams:
         raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
     streams.check_perm(rec, "adminperm", r.path, "promote it")
+    if len(rec.upstreams) > 1:
+        # It takes over the history of one lost source (its identity, its promotion point); which one is the
+        # operator's call, and the upstreams of the sources still there must keep feeding it or be removed knowingly.
+        raise InvalidArgument(
+            f"stream {r.path} has several upstreams ({', '.join(e.path for e in rec.upstreams)}); promote takes over"
+            f" the history of one lost source: remove the upstreams of the other sources first ('streamrepl stream"
+            f" upstream remove -path {r.path} -upstream <path>'), then promote again; nothing was changed"
+        )
     sources = [e.path for e in rec.upstreams]
     for src in sources:
         say(f"remove upstream {src} from {r.path}: replication from it stops (its cluster is not contacted)")
@@ -212,7 +220,21 @@ def plan_failback(
     return plan, forks is not None
 
 
-def _check_failback(reg: Registry, new_r: streams.Resolved, new_rec: Stream, old_r: streams.Resolved) -> None:
+def _paired(new_path: str, new_rec: Stream, old_path: str, old_rec: Stream) -> bool:
+    """Whether the new primary was a replica of the old one: promoted from it, or still listed as its replica (an
+    upstream removed by hand) with the uuid it has, or had before its promotion took over another."""
+    if _fork_points(new_rec, old_path) is not None:
+        return True
+    entry = old_rec.replica(new_path)
+    if entry is None:
+        return False
+    before = new_rec.promotion.get("uuid") if isinstance(new_rec.promotion, dict) else None
+    return not entry.uuid or entry.uuid in (new_rec.uuid, before)
+
+
+def _check_failback(
+    reg: Registry, new_r: streams.Resolved, new_rec: Stream, old_r: streams.Resolved, old_rec: Stream
+) -> None:
     if new_r.path == old_r.path:
         raise InvalidArgument(f"-path and -replica are the same stream {new_r.path}; name the old primary in -replica")
     if new_rec.upstream(str(old_r.path)) is not None:
@@ -229,6 +251,13 @@ def _check_failback(reg: Registry, new_r: streams.Resolved, new_rec: Stream, old
     if held:
         raise InvalidArgument(
             f"a gateway still writes into {old_r.path} ({', '.join(held[:3])}); promote or unlink it first"
+        )
+    if not _paired(str(new_r.path), new_rec, str(old_r.path), old_rec):
+        # Failback deletes the old primary: only a stream whose history the new primary continues may be replaced.
+        raise InvalidArgument(
+            f"stream {new_r.path} was never a replica of {old_r.path} (not promoted from it, not one of its replicas):"
+            f" failback would delete {old_r.path}; nothing was changed. To make {old_r.path} a copy of {new_r.path},"
+            f" use 'streamrepl stream replica autosetup -path {new_r.path} -replica {old_r.path}'"
         )
 
 
@@ -298,7 +327,7 @@ def failback(
     old_r, old_rec = streams.load(reg, replica)
     streams.check_perm(new_rec, "adminperm", new_r.path, "add replicas")
     streams.check_perm(old_rec, "adminperm", old_r.path, "delete it")
-    _check_failback(reg, new_r, new_rec, old_r)
+    _check_failback(reg, new_r, new_rec, old_r, old_rec)
     plan, from_promotion = plan_failback(old_r, old_rec, new_r, new_rec, ends)
     aside = aside_path(old_r)
     if not from_promotion:

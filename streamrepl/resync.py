@@ -137,9 +137,10 @@ def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | 
     return out
 
 
-def _links(src: Resolved, dst: Resolved, drec: Stream) -> list[tuple[str, str, bool]]:
+def _links(src: Resolved, srec: Stream, dst: Resolved, drec: Stream) -> list[tuple[str, str, bool]]:
     """The links to pause, (source, replica, paused already): this one, and the replica's own replicas'."""
-    out = [(str(src.path), str(dst.path), False)]
+    entry = srec.replica(str(dst.path))
+    out = [(str(src.path), str(dst.path), entry is not None and entry.paused)]
     out += [(str(dst.path), e.path, e.paused) for e in drec.replicas]
     return out
 
@@ -206,11 +207,20 @@ def resync(
     if not chosen:
         say(f"no partition of {dst.path} diverged from {src.path}: nothing to do")
         return rows
-    links = [(s, d, was) for s, d, was in _links(src, dst, drec) if not was]
+    every = _links(src, srec, dst, drec)
+    links = [(s, d, was) for s, d, was in every if not was]
+    kept = [(s, d) for s, d, was in every if was]
     say(f"pause {', '.join(f'{s} -> {d}' for s, d, _ in links)} and wait until no gateway holds {', '.join(chosen)}")
     say(f"copy {dst.path} whole into {aside} (offsets kept) and check it partition by partition")
     say(f"delete and create again, empty, the topics {', '.join(chosen)} of {dst.path}")
     say(f"resume the links: the gateways of {dst.cluster.name} copy {src.path} into them from its start, offsets kept")
+    for s, d in kept:
+        # The operator paused it: resync leaves that decision alone.
+        say(
+            f"the link {s} -> {d} was paused before resync: it stays paused; resume it with 'streamrepl stream"
+            f" replica resume -path {s} -replica {d}'"
+            + (f" to copy {src.path} into the rebuilt topics" if d == str(dst.path) else "")
+        )
     if drec.replicas:
         say(
             f"the replicas of {dst.path} ({', '.join(e.path for e in drec.replicas)}) follow its rebuilt topics:"
