@@ -27,10 +27,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from . import kafka, policy, replicas, statustopic, streams
+from . import kafka, oplock, policy, replicas, statustopic, streams
 from .autosetup import autosetup
 from .bulk.copystream import copystream
 from .errors import InvalidArgument, NotFound, StreamreplError
@@ -39,7 +39,9 @@ from .paths import kafka_topic_name
 from .registry import Cluster, Registry
 
 #: The promotion point kept in the promoted stream's record (model.Stream.promotion):
-#: `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}, "uuid": previous uuid}`.
+#: `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}, "uuid": previous uuid}`,
+#: and promote's journal beside it: "state" ("running", then "complete"; records without it are complete),
+#: "steps" and "done" (PROMOTE_STEPS), "started" (ms), "upstreams" (the removed entries), "identity" (the uuid taken).
 
 Say = Callable[[str], None]
 Ends = Callable[[Cluster, list[str]], dict[tuple[str, int], int]]
@@ -84,6 +86,51 @@ def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> li
 
 
 # -- promote ----------------------------------------------------------------------------------
+#: The steps of promote, in order. Its journal (in Stream.promotion, the replica's own record: its source's cluster
+#: may be down) is written before the first change and names the steps done, so that a run that died is completed by
+#: the next one; the crash hook ($STREAMREPL_CRASH_AFTER_STEP=promote:<k>) counts them from 1.
+PROMOTE_STEPS = ("journal", "upstreams", "released", "point", "identity")
+
+
+def _running(rec: Stream | None) -> dict[str, Any] | None:
+    """The journal of a promote of the stream that has not finished (records written before journals existed hold
+    finished promotions only)."""
+    p = rec.promotion if rec is not None else None
+    return p if isinstance(p, dict) and p.get("state") == "running" else None
+
+
+def _iso(ms: Any) -> str:
+    return datetime.fromtimestamp(int(ms or 0) / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+def _check_promote(r: streams.Resolved, rec: Stream) -> None:
+    journal = _running(rec)
+    if journal is None and not rec.upstreams:
+        if rec.promotion:
+            return  # promoted already: promote says so and does nothing
+        raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
+    streams.check_perm(rec, "adminperm", r.path, "promote it")
+    if journal is None and len(rec.upstreams) > 1:
+        # It takes over the history of one lost source (its identity, its promotion point); which one is the
+        # operator's call, and the upstreams of the sources still there must keep feeding it or be removed knowingly.
+        raise InvalidArgument(
+            f"stream {r.path} has several upstreams ({', '.join(e.path for e in rec.upstreams)}); promote takes over"
+            f" the history of one lost source: remove the upstreams of the other sources first ('streamrepl stream"
+            f" upstream remove -path {r.path} -upstream <path>'), then promote again; nothing was changed"
+        )
+    others = [e.path for e in rec.upstreams if journal is not None and e.path not in journal.get("from", [])]
+    if others:
+        raise InvalidArgument(
+            f"an interrupted promote of {r.path} from {', '.join(journal.get('from', []) if journal else [])} is"
+            f" pending, and {r.path} has upstreams it did not plan to remove ({', '.join(others)}): remove them"
+            f" ('streamrepl stream upstream remove -path {r.path} -upstream <path>'), then promote again to complete it"
+        )
+
+
+def _promoted_row(r: streams.Resolved, sources: list[str], writable: bool, dryrun: bool) -> list[dict[str, Any]]:
+    return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": writable, "dryrun": dryrun}]
+
+
 def promote(
     reg: Registry,
     path: str,
@@ -95,57 +142,168 @@ def promote(
 ) -> list[dict[str, Any]]:
     """Make the replica `path` the writable primary; see the module doc. Never contacts its sources' clusters."""
     r, rec = streams.load(reg, path)
-    if not rec.upstreams:
-        raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
-    streams.check_perm(rec, "adminperm", r.path, "promote it")
-    if len(rec.upstreams) > 1:
-        # It takes over the history of one lost source (its identity, its promotion point); which one is the
-        # operator's call, and the upstreams of the sources still there must keep feeding it or be removed knowingly.
-        raise InvalidArgument(
-            f"stream {r.path} has several upstreams ({', '.join(e.path for e in rec.upstreams)}); promote takes over"
-            f" the history of one lost source: remove the upstreams of the other sources first ('streamrepl stream"
-            f" upstream remove -path {r.path} -upstream <path>'), then promote again; nothing was changed"
-        )
-    sources = [e.path for e in rec.upstreams]
-    for src in sources:
-        say(f"remove upstream {src} from {r.path}: replication from it stops (its cluster is not contacted)")
-    say(f"wait until no gateway of cluster {r.cluster.name} writes into {r.path}")
-    say(f"record the end of every partition of {r.path} as its promotion point; cursors stay as replicated")
+    _check_promote(r, rec)
     if dryrun:
-        return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": False, "dryrun": True}]
-    for src in sources:
-        replicas.upstream_remove(reg, str(r.path), src)
-    held = wait_released(_writers(r))
-    if held:
-        raise StreamreplError(
-            f"gateways still write into {r.path} after {statustopic.RELEASE_TIMEOUT:.0f} s ({', '.join(held)});"
-            f" its upstreams are removed: stop those gateways ('streamrepl gateway list -cluster {r.cluster.name}')"
-            " before writing to it"
+        return _promote_plan(r, rec, say, dryrun=True)
+    # One run at a time; what the run before this one left is read once the lock is held.
+    with oplock.holding(r, "promote") as lock:
+        r, rec = streams.load(reg, path)
+        _check_promote(r, rec)
+        return _promote_plan(
+            r,
+            rec,
+            say,
+            dryrun=False,
+            steps=lambda sources: _promote(reg, r, rec, sources, lock, say, ends, wait_released),
         )
-    point = _ends_by_topic(r, rec, ends)
-    found = _origins(r, rec, point)
-    identity = found[0] if len(found) == 1 else rec.upstreams[0].uuid
-    if len(found) > 1:
-        say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
-    say(f"{r.path} takes over the identity {identity} of the history it holds")
 
-    def record(current: Stream | None) -> Stream:
-        if current is None:
-            raise NotFound(f"stream {r.path} was deleted meanwhile")
-        current.promotion = {
-            "from": sources,
-            "at": int(time.time() * 1000),
-            "ends": point,
-            "uuid": current.uuid,
-        }
-        # Every copy of a partition holds records of one origin (policy.py): records written here from now on are
-        # the same history's, so they must carry its origin, or no copy of this stream could ever be made again.
-        current.uuid = identity
-        return current
 
-    r.store.update(r.path.path, record)
+def _promote_plan(
+    r: streams.Resolved,
+    rec: Stream,
+    say: Say,
+    dryrun: bool,
+    steps: Callable[[list[str]], list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Say what promote does (or that it is done), and do it with `steps` unless a dry run."""
+    journal = _running(rec)
+    if journal is None and not rec.upstreams and rec.promotion:
+        sources = list(rec.promotion.get("from", []))
+        say(f"{r.path} was promoted from {', '.join(sources)} at {_iso(rec.promotion.get('at'))}: nothing left to do")
+        return _promoted_row(r, sources, True, dryrun)
+    sources = list(journal["from"]) if journal else [e.path for e in rec.upstreams]
+    done = list(journal.get("done", [])) if journal else []
+    if journal:
+        say(
+            f"an interrupted promote of {r.path} (started {_iso(journal.get('started'))}) did"
+            f" {', '.join(done)}; the other steps follow"
+        )
+    if "upstreams" not in done:
+        for src in sources:
+            say(f"remove upstream {src} from {r.path}: replication from it stops (its cluster is not contacted)")
+    if "released" not in done:
+        say(f"wait until no gateway of cluster {r.cluster.name} writes into {r.path}")
+    if "point" not in done:
+        say(f"record the end of every partition of {r.path} as its promotion point; cursors stay as replicated")
+    if dryrun or steps is None:
+        return _promoted_row(r, sources, False, True)
+    return steps(sources)
+
+
+def _stopped(r: streams.Resolved) -> str:
+    """What an interrupted promote says: the steps its journal shows done (read again: the step under way when the
+    signal came may have finished)."""
+    try:
+        rec = r.store.get(r.path.path)
+    except (StreamreplError, KeyboardInterrupt):
+        rec = None
+    p = rec.promotion if rec is not None else None
+    if isinstance(p, dict) and _running(rec) is None and "done" in p:
+        return f"promote of {r.path} finished before it stopped: {r.path} is writable"
+    done = ", ".join(p.get("done", [])) if isinstance(p, dict) else ""
+    return (
+        f"promote of {r.path} stopped part way (done: {done or 'nothing'}); its journal (in its metadata) keeps"
+        " the steps done: run promote again to complete it"
+    )
+
+
+def _promote(
+    reg: Registry,
+    r: streams.Resolved,
+    rec: Stream,
+    sources: list[str],
+    lock: oplock.OpLock,
+    say: Say,
+    ends: Ends,
+    wait_released: Waiter,
+) -> list[dict[str, Any]]:
+    """The steps of promote not done yet (PROMOTE_STEPS), each marked done in the journal once it is."""
+    journal = _running(rec)
+    resumed = journal is not None
+
+    def mark(step: str, **fields: Any) -> Stream:
+        def apply(current: Stream | None) -> Stream:
+            p = _running(current)
+            if current is None or p is None:
+                raise StreamreplError(f"the journal of the promote of {r.path} vanished meanwhile; run promote again")
+            if lock.lost:
+                raise oplock.OpLocked(f"promote of {r.path} stopped: {lock.lost}")
+            p.update(fields)
+            p["done"] = [*p.get("done", []), step]
+            return current
+
+        out = r.store.update(r.path.path, apply)
+        assert out is not None
+        oplock.step_done("promote", PROMOTE_STEPS.index(step) + 1)
+        return out
+
+    try:
+        if journal is None:
+
+            def begin(current: Stream | None) -> Stream:
+                if current is None:
+                    raise NotFound(f"stream {r.path} was deleted meanwhile")
+                current.promotion = {
+                    "state": "running",
+                    "from": sources,
+                    # the removed entries, for the record, and for the uuid of their history (see "point")
+                    "upstreams": [e.to_json() for e in current.upstreams if e.path in sources],
+                    "uuid": current.uuid,
+                    "started": int(time.time() * 1000),
+                    "steps": list(PROMOTE_STEPS),
+                    "done": ["journal"],
+                }
+                return current
+
+            rec = r.store.update(r.path.path, begin) or rec
+            oplock.step_done("promote", 1)
+        journal = _running(rec) or {}
+        done = set(journal.get("done", []))
+        if "upstreams" not in done:
+            for src in sources:
+                if rec.upstream(src) is not None:
+                    replicas.upstream_remove(reg, str(r.path), src)
+            rec = mark("upstreams")
+        if "released" not in done:
+            held = wait_released(_writers(r))
+            if held:
+                raise StreamreplError(
+                    f"gateways still write into {r.path} after {statustopic.RELEASE_TIMEOUT:.0f} s"
+                    f" ({', '.join(held)}); its upstreams are removed: stop those gateways ('streamrepl gateway list"
+                    f" -cluster {r.cluster.name}'), then run promote again to complete it"
+                )
+            rec = mark("released")
+        if "point" not in done:
+            point = _ends_by_topic(r, rec, ends)
+            found = _origins(r, rec, point)
+            removed = [e.get("uuid", "") for e in journal.get("upstreams", [])]
+            identity = found[0] if len(found) == 1 else (removed[0] if removed else rec.uuid)
+            if len(found) > 1:
+                say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
+            rec = mark("point", ends=point, identity=identity)
+        identity = str((_running(rec) or {}).get("identity", rec.uuid))
+        say(f"{r.path} takes over the identity {identity} of the history it holds")
+
+        def finish(current: Stream | None) -> Stream:
+            p = _running(current)
+            if current is None or p is None:
+                raise StreamreplError(f"the journal of the promote of {r.path} vanished meanwhile; run promote again")
+            # Every copy of a partition holds records of one origin (policy.py): records written here from now on
+            # are the same history's, so they must carry its origin, or no copy of this stream could ever be made.
+            current.uuid = identity
+            p["at"] = int(time.time() * 1000)
+            p["state"] = "complete"
+            p["done"] = [*p.get("done", []), "identity"]
+            return current
+
+        r.store.update(r.path.path, finish)
+        oplock.step_done("promote", len(PROMOTE_STEPS))
+    except KeyboardInterrupt as e:
+        raise type(e)(_stopped(r)) from None
+    if resumed:
+        say(f"completed an interrupted promote of {r.path}")
     say(f"{r.path} is writable")
-    return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": True, "dryrun": False}]
+    return _promoted_row(r, sources, True, False)
 
 
 # -- failback ---------------------------------------------------------------------------------
@@ -176,7 +334,7 @@ class PartitionPlan:
 
 def _fork_points(new_rec: Stream, old_path: str) -> dict[str, list[int]] | None:
     promotion = new_rec.promotion
-    if not isinstance(promotion, dict) or old_path not in promotion.get("from", []):
+    if not isinstance(promotion, dict) or _running(new_rec) or old_path not in promotion.get("from", []):
         return None
     return promotion.get("ends") or {}
 
@@ -240,6 +398,12 @@ def _check_failback(
     if new_rec.upstream(str(old_r.path)) is not None:
         raise InvalidArgument(
             f"stream {new_r.path} is still a replica of {old_r.path}; promote it first"
+            f" ('streamrepl stream replica promote -path {new_r.path}')"
+        )
+    journal = _running(new_rec)
+    if journal is not None and str(old_r.path) in journal.get("from", []):
+        raise InvalidArgument(
+            f"the promote of {new_r.path} did not finish; complete it first"
             f" ('streamrepl stream replica promote -path {new_r.path}')"
         )
     if new_rec.replica(str(old_r.path)) is not None:

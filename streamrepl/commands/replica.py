@@ -232,7 +232,9 @@ def promote_cmd(path: str, dryrun: bool) -> None:
     cluster) and wait until no gateway writes into it (needs adminperm)."""
     from .. import dr
 
-    output(dr.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote")))
+    with sigterm_interrupts():  # its journal says what was done: a rerun completes it
+        rows = dr.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote"))
+    output(rows)
 
 
 @replica.command("failback", context_settings=CONTEXT_SETTINGS)
