@@ -27,13 +27,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from . import kafka, oplock, policy, replicas, statustopic, streams
 from .autosetup import autosetup
 from .bulk.copystream import copystream
 from .errors import InvalidArgument, NotFound, StreamreplError
+from .journal import PROMOTE_STEPS
+from .journal import iso as _iso
+from .journal import promoting as _running
 from .model import Stream
 from .paths import kafka_topic_name
 from .registry import Cluster, Registry
@@ -86,23 +89,6 @@ def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> li
 
 
 # -- promote ----------------------------------------------------------------------------------
-#: The steps of promote, in order. Its journal (in Stream.promotion, the replica's own record: its source's cluster
-#: may be down) is written before the first change and names the steps done, so that a run that died is completed by
-#: the next one; the crash hook ($STREAMREPL_CRASH_AFTER_STEP=promote:<k>) counts them from 1.
-PROMOTE_STEPS = ("journal", "upstreams", "released", "point", "identity")
-
-
-def _running(rec: Stream | None) -> dict[str, Any] | None:
-    """The journal of a promote of the stream that has not finished (records written before journals existed hold
-    finished promotions only)."""
-    p = rec.promotion if rec is not None else None
-    return p if isinstance(p, dict) and p.get("state") == "running" else None
-
-
-def _iso(ms: Any) -> str:
-    return datetime.fromtimestamp(int(ms or 0) / 1000, tz=UTC).isoformat(timespec="seconds")
-
-
 def _check_promote(r: streams.Resolved, rec: Stream) -> None:
     journal = _running(rec)
     if journal is None and not rec.upstreams:

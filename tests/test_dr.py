@@ -8,6 +8,7 @@ the old primary's diverged tail must still be there when its cluster comes back.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import uuid
@@ -163,7 +164,12 @@ def test_promote_and_failback_whole_cycle(ec: EphemeralClusters, tmp_path: Path)
         names = {r["path"] for r in cli_data("stream", "list", registry=reg)}
         assert aside not in names and uuid_of(reg, sf) == sf_uuid  # the dry run changed nothing
 
-        cli("stream", "replica", "failback", "-path", ny, "-replica", sf, registry=reg)
+        # The old primary's replica list says what happened to its replica and what to run: that is what is run.
+        (row,) = cli_data("stream", "replica", "list", "-path", sf, registry=reg)
+        assert f"replica stream {ny} was promoted to a writable primary at " in row["lasterror"], row
+        found = re.search(r"'streamrepl (stream replica failback [^']*)'", row["lasterror"])
+        assert found and found.group(1).split() == ["stream", "replica", "failback", "-path", ny, "-replica", sf]
+        cli(*found.group(1).split(), registry=reg)
 
         # The old history whole, offsets kept, beside the new replica.
         kept = read_all(sf_bs, sp(aside), TOPICS)

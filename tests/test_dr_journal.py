@@ -3,38 +3,59 @@ $STREAMREPL_CRASH_AFTER_STEP exits hard right after a step, as SIGKILL would; SI
 interrupt) is completed, or rolled back, by the next run; one run at a time holds the stream.
 
 Every crash point is a test; all but a representative one or two are marked `drcrash` (out of the default run:
-`pytest -m drcrash tests/test_dr_journal.py`). On the session's shared brokers: nothing here stops a broker.
+`pytest -m drcrash tests/test_dr_journal.py`). On brokers of the module's own: its gateways replicate into every
+stream of their cluster.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import one_error_line
 from support.cli import STREAMREPL_BIN, Run, run_proc
+from support.clusters import registered_clusters
 from support.streams import (
+    Gateways,
     assert_identical,
     cli,
+    cli_data,
     new_stream,
     new_topics,
     produce,
     read_all,
+    same_ends,
     sp,
     true_ends,
+    wait_until,
 )
+from test_divergence import recreate_topic, write
 
-from streamrepl import registry, streams
-from streamrepl.dr import PROMOTE_STEPS
+from streamrepl import policy, registry, streams
+from streamrepl.journal import PROMOTE_STEPS, RESYNC_STEPS
 from streamrepl.local import EphemeralClusters
 from streamrepl.model import Stream
 from streamrepl.oplock import CRASH_EXIT, OpLock
+from streamrepl.paths import kafka_topic_name
+
+pytestmark = pytest.mark.e2e
 
 TOPICS = {"t": 2}
+#: records per partition of the source topic created again under a replica (resync's tests)
+NEW = 6
+
+
+@pytest.fixture(scope="module")
+def ec() -> Iterator[EphemeralClusters]:
+    with registered_clusters(["sanfrancisco", "newyork"]) as clusters:
+        yield clusters
 
 
 def record(reg: Path, path: str) -> Stream:
@@ -116,22 +137,22 @@ def promote_crash_test(ec: EphemeralClusters, step: int) -> None:
     "step",
     [pytest.param(k, marks=[] if k == 2 else [pytest.mark.drcrash]) for k in range(1, len(PROMOTE_STEPS) + 1)],
 )
-def test_promote_crashed_after_each_step_is_completed_by_the_next_run(clusters: EphemeralClusters, step: int) -> None:
-    promote_crash_test(clusters, step)
+def test_promote_crashed_after_each_step_is_completed_by_the_next_run(ec: EphemeralClusters, step: int) -> None:
+    promote_crash_test(ec, step)
 
 
 @pytest.mark.drcrash
 @pytest.mark.parametrize("delay", [0.2, 0.3, 0.35, 0.45, 0.6])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_promote_stopped_by_a_signal_is_completed_by_the_next_run(
-    clusters: EphemeralClusters, sig: signal.Signals, delay: float
+    ec: EphemeralClusters, sig: signal.Signals, delay: float
 ) -> None:
-    reg = clusters.registry_path
-    sf, ny = replicated_pair(clusters)
-    before = Sides(clusters, sf, ny)
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
     proc = subprocess.Popen(
         [STREAMREPL_BIN, "stream", "replica", "promote", "-path", ny],
-        env={**__import__("os").environ, "STREAMREPL_CLUSTERS": str(reg)},
+        env={**os.environ, "STREAMREPL_CLUSTERS": str(reg)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -144,12 +165,12 @@ def test_promote_stopped_by_a_signal_is_completed_by_the_next_run(
         assert "interrupted" in err, err
     again = cli("stream", "replica", "promote", "-path", ny, registry=reg)
     assert again.code == 0
-    check_promoted(clusters, before)
+    check_promoted(ec, before)
 
 
-def test_a_second_promote_refuses_while_one_runs_and_changes_nothing(clusters: EphemeralClusters) -> None:
-    reg = clusters.registry_path
-    sf, ny = replicated_pair(clusters, n=4)
+def test_a_second_promote_refuses_while_one_runs_and_changes_nothing(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec, n=4)
     r = streams.resolve(registry.load(str(reg)), ny)
     running = OpLock(r, "promote")  # a run of this live process, as far as the second one can tell
     running.acquire()
@@ -164,3 +185,181 @@ def test_a_second_promote_refuses_while_one_runs_and_changes_nothing(clusters: E
         running.release()
     cli("stream", "replica", "promote", "-path", ny, registry=reg)
     assert record(reg, ny).upstreams == []
+
+
+# -- resync -----------------------------------------------------------------------------------
+def key(recs: dict) -> dict:
+    """Records as set aside compares them: offsets, keys, values, user headers, timestamps."""
+    return {tp: [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in rs] for tp, rs in recs.items()}
+
+
+def resync_pair(ec: EphemeralClusters) -> tuple[str, str, Sides]:
+    """A replica set up by autosetup whose source topic was then deleted and created again outside streamrepl with
+    other records (no gateway ran meanwhile): resync sets the replica's records aside and rebuilds it."""
+    sf, ny = replicated_pair(ec)
+    recreate_topic(ec.brokers["sanfrancisco"].bootstrap, kafka_topic_name(sp(sf), "t"), 2)
+    write(ec.brokers["sanfrancisco"].bootstrap, kafka_topic_name(sp(sf), "t"), {0: NEW, 1: NEW}, "new")
+    return sf, ny, Sides(ec, sf, ny)
+
+
+def resync_args(sf: str, ny: str) -> tuple[str, ...]:
+    return ("stream", "replica", "resync", "-path", sf, "-replica", ny, "-topic", "t")
+
+
+def link_of(reg: Path, sf: str, ny: str) -> tuple[bool, str]:
+    entry = record(reg, sf).replica(ny)
+    assert entry is not None
+    return entry.paused, str(entry.state)
+
+
+def without_version(rec: Stream) -> dict:
+    return {k: v for k, v in rec.to_json().items() if k not in ("version", "updated")}
+
+
+def check_resynced(ec: EphemeralClusters, before: Sides, aside: str, tmp_path: Path) -> None:
+    """The replica rebuilt as an uninterrupted resync leaves it: its records set aside whole, the link running, and
+    (a gateway started) the replica the source's copy again; the source untouched."""
+    reg, sf, ny = ec.registry_path, before.sf, before.ny
+    rec = record(reg, ny)
+    assert (rec.resync, rec.oplock) == (None, None)
+    assert link_of(reg, sf, ny) == (False, "REPLICA_STATE_REPLICATING")
+    assert without_version(record(reg, sf)) == without_version(before.sf_rec)
+    assert key(read_all(before.bs(aside), sp(aside), TOPICS)) == key(before.ny_recs)
+    assert true_ends(before.bs(ny), sp(ny), TOPICS) == {("t", 0): 0, ("t", 1): 0}  # rebuilt, no gateway yet
+    with Gateways(reg, "newyork", tmp_path) as gws:
+        gws.start()
+        wait_until(lambda: same_ends(before.bs(sf), sp(sf), before.bs(ny), sp(ny), TOPICS), 60, "the copy again")
+        gws.stop_all()
+    assert assert_identical(before.bs(sf), sp(sf), before.sf_rec.uuid, before.bs(ny), sp(ny), TOPICS) == 2 * NEW
+    assert before.records(sf) == before.sf_recs
+
+
+def resync_crash_test(ec: EphemeralClusters, step: int, tmp_path: Path) -> None:
+    reg = ec.registry_path
+    sf, ny, before = resync_pair(ec)
+    crash_run(reg, f"resync:{step}", *resync_args(sf, ny))
+    j = record(reg, ny).resync
+    assert j is not None and j["done"] == list(RESYNC_STEPS[:step])
+    again = cli(*resync_args(sf, ny), registry=reg)
+    assert f"completed the interrupted resync of {ny} from {sf}" in again.stderr, again.stderr
+    check_resynced(ec, before, j["aside"], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [pytest.param(k, marks=[] if k == 3 else [pytest.mark.drcrash]) for k in range(1, len(RESYNC_STEPS) + 1)],
+)
+def test_resync_crashed_after_each_step_is_completed_by_the_next_run(
+    ec: EphemeralClusters, step: int, tmp_path: Path
+) -> None:
+    resync_crash_test(ec, step, tmp_path)
+
+
+def test_resync_crashed_before_its_copy_rolls_back_when_the_replica_changed_meanwhile(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    sf, ny, before = resync_pair(ec)
+    crash_run(reg, "resync:3", *resync_args(sf, ny))
+    assert link_of(reg, sf, ny)[0] is True  # paused by the run that died
+    aside = record(reg, ny).resync["aside"]  # type: ignore[index]
+    # Something writes into the replica meanwhile (a record of the source's origin, as a gateway writes): the
+    # set-aside copy would not hold what the plan saw.
+    origin = [(policy.ORIGIN, before.sf_rec.uuid.encode())]
+    write(ec.brokers["newyork"].bootstrap, kafka_topic_name(sp(ny), "t"), {0: 1}, "late", headers=origin)
+    run = cli(*resync_args(sf, ny), registry=reg, check=False)
+    assert run.code != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert f"rolled back the interrupted resync of {ny} from {sf}: resumed {sf} -> {ny}" in last, last
+    assert f"deleted its partial copy {aside}" in last and "run resync again" in last, last
+    assert (record(reg, ny).resync, record(reg, ny).oplock) == (None, None)
+    assert link_of(reg, sf, ny) == (False, "REPLICA_STATE_REPLICATING")
+    assert aside not in {r["path"] for r in cli_data("stream", "list", registry=reg)}
+    ny_now = before.records(ny)
+    assert key(ny_now)[("t", 0)] == key(before.ny_recs)[("t", 0)] + [
+        (r.offset, r.key, r.value, r.headers, r.timestamp) for r in ny_now[("t", 0)][-1:]
+    ]
+
+
+@pytest.mark.drcrash
+@pytest.mark.parametrize("delay", [0.5, 0.8, 1.0, 1.2, 1.8])
+def test_resync_stopped_by_sigterm_rolls_back_or_is_completed(
+    ec: EphemeralClusters, delay: float, tmp_path: Path
+) -> None:
+    reg = ec.registry_path
+    sf, ny, before = resync_pair(ec)
+    proc = subprocess.Popen(
+        [STREAMREPL_BIN, *resync_args(sf, ny)],
+        env={**os.environ, "STREAMREPL_CLUSTERS": str(reg)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in out + err, err
+    j = record(reg, ny).resync
+    if proc.returncode == 0:
+        aside = [r for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
+        check_resynced(ec, before, aside[0]["path"], tmp_path)
+    elif j is None:  # stopped before its journal, or rolled back: as it was
+        assert proc.returncode != 143 or "rolled back" in err or "interrupted" in err, err
+        assert link_of(reg, sf, ny) == (False, "REPLICA_STATE_REPLICATING")
+        assert not [r for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
+        assert key(before.records(ny)) == key(before.ny_recs)
+    else:
+        assert proc.returncode != 143 or "again to complete it" in err, err
+        again = cli(*resync_args(sf, ny), registry=reg)
+        assert f"completed the interrupted resync of {ny} from {sf}" in again.stderr, again.stderr
+        check_resynced(ec, before, j["aside"], tmp_path)
+
+
+def test_replica_list_says_a_resync_did_not_finish(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    sf, ny, _ = resync_pair(ec)
+    crash_run(reg, "resync:2", *resync_args(sf, ny))
+    (row,) = cli_data("stream", "replica", "list", "-path", sf, registry=reg)
+    assert f"a resync of {ny} from {sf} did not finish" in row["lasterror"], row
+    assert f"'streamrepl stream replica resync -path {sf} -replica {ny}' again" in row["lasterror"], row
+
+
+def advised(lasterror: str, command: str) -> list[str]:
+    """The words of the command `lasterror` advises ('streamrepl stream replica <command> ...')."""
+    found = re.search(rf"'streamrepl (stream replica {command} [^']*)'", lasterror)
+    assert found, lasterror
+    return found.group(1).split()
+
+
+def test_replica_list_of_the_old_primary_says_the_replica_was_promoted_and_its_advice_works(
+    ec: EphemeralClusters,
+) -> None:
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec, n=4)
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    (row,) = cli_data("stream", "replica", "list", "-path", sf, registry=reg)
+    error = row["lasterror"]
+    assert f"replica stream {ny} was promoted to a writable primary at " in error, error
+    assert "deleted and created again" not in error, error
+    assert advised(error, "failback") == ["stream", "replica", "failback", "-path", ny, "-replica", sf]
+    assert (row["replicaState"], row["isUptodate"]) == ("REPLICA_STATE_ERROR", False)
+    # Dropping the link, as advised: the old primary has no replica left, the promoted stream stays as it is.
+    promoted = record(reg, ny)
+    cli(*advised(error, "remove"), registry=reg)
+    assert cli_data("stream", "replica", "list", "-path", sf, registry=reg) == []
+    assert record(reg, ny).to_json() == promoted.to_json()
+
+
+def test_a_resync_refuses_while_a_promote_of_the_replica_runs(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    sf, ny, _ = resync_pair(ec)
+    running = OpLock(streams.resolve(registry.load(str(reg)), ny), "promote")
+    running.acquire()
+    try:
+        held = record(reg, ny)
+        run = cli(*resync_args(sf, ny), registry=reg, check=False)
+        assert run.code != 0
+        last = run.stderr.strip().splitlines()[-1]
+        assert f"a promote of {ny} is running (owner {running.owner}" in last and "nothing was changed" in last, last
+        assert record(reg, ny).to_json() == held.to_json()
+        assert link_of(reg, sf, ny)[0] is False
+    finally:
+        running.release()

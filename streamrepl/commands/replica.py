@@ -267,7 +267,8 @@ def resync_cmd(path: str, replica: str, topic: str | None, dryrun: bool, master:
     from .. import resync
 
     say = _say_to_stderr("resync")
-    rows = resync.resync(
-        app().registry, require(path, "path"), replica, topic=topic, dryrun=dryrun, master=master, say=say
-    )
+    with sigterm_interrupts():  # it rolls back, or its journal says what is left for a rerun
+        rows = resync.resync(
+            app().registry, require(path, "path"), replica, topic=topic, dryrun=dryrun, master=master, say=say
+        )
     output(rows)
