@@ -16,6 +16,13 @@ the source into it from its start, offsets kept, as replication always does. Bef
 Without -topic, the topics with a diverged partition are rebuilt (none: nothing is done); with -topic, that topic is
 rebuilt whether or not a divergence is seen (diffstreams may have shown one in the middle of a partition). Only a
 replica fed by this one source can be rebuilt from it: records of several sources share its partitions otherwise.
+A link the operator had paused stays paused.
+
+resync is journaled (Stream.resync, in the replica's record, written before the first change; journal.RESYNC_STEPS):
+a rerun after a run that died completes it, or, when it cannot go on before any topic was rebuilt (gateways still
+holding, the replica changed since the plan, the copy failed, an interrupt), rolls back: the links it paused are
+resumed, its partial set-aside copy deleted and the journal cleared. Once a topic is being rebuilt, only completing
+is possible: the journal stays until a rerun does. One run at a time holds the replica (oplock.py).
 """
 
 from __future__ import annotations
@@ -236,7 +243,7 @@ def resync(
     topic: str | None = None,
     dryrun: bool = False,
     master: str | None = None,
-    say: dr.Say = dr._quiet,
+    say: dr.Say = dr.quiet,
     ends: dr.Ends = kafka.topic_ends,
     copy: Callable[..., Any] = copystream,
     wait_released: Callable[[dict[str, tuple[Cluster, list[str]]]], list[str]] = statustopic.wait_released,

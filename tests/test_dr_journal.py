@@ -363,3 +363,19 @@ def test_a_resync_refuses_while_a_promote_of_the_replica_runs(ec: EphemeralClust
         assert link_of(reg, sf, ny)[0] is False
     finally:
         running.release()
+
+
+def test_failback_refuses_until_an_interrupted_promote_is_completed(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec, n=4)
+    crash_run(reg, "promote:2", "stream", "replica", "promote", "-path", ny)
+    held = record(reg, sf)
+    run = cli(
+        "stream", "replica", "failback", "-path", ny, "-replica", sf, "-dryrun", "true", registry=reg, check=False
+    )
+    assert one_error_line(run).endswith(
+        f"the promote of {ny} did not finish; complete it first ('streamrepl stream replica promote -path {ny}')"
+    )
+    (row,) = cli_data("stream", "replica", "list", "-path", sf, registry=reg)
+    assert f"replica stream {ny} is being promoted" in row["lasterror"], row
+    assert record(reg, sf).to_json() == held.to_json()

@@ -230,10 +230,10 @@ def _say_to_stderr(command: str) -> Any:
 def promote_cmd(path: str, dryrun: bool) -> None:
     """Make a replica the writable primary after its source is lost: remove its upstreams (only on its own
     cluster) and wait until no gateway writes into it (needs adminperm)."""
-    from .. import dr
+    from .. import promote
 
     with sigterm_interrupts():  # its journal says what was done: a rerun completes it
-        rows = dr.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote"))
+        rows = promote.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote"))
     output(rows)
 
 
