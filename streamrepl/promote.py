@@ -62,11 +62,11 @@ def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> li
 
 def _check_promote(r: streams.Resolved, rec: Stream) -> None:
     journal = _running(rec)
-    if journal is None and not rec.upstreams:
-        if rec.promotion:
-            return  # promoted already: promote says so and does nothing
+    if journal is None and not rec.upstreams and not rec.promotion:
         raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
     streams.check_perm(rec, "adminperm", r.path, "promote it")
+    if journal is None and not rec.upstreams:
+        return  # promoted already: promote says so and does nothing
     if journal is None and len(rec.upstreams) > 1:
         # It takes over the history of one lost source (its identity, its promotion point); which one is the
         # operator's call, and the upstreams of the sources still there must keep feeding it or be removed knowingly.
@@ -102,7 +102,8 @@ def promote(
     _check_promote(r, rec)
     if dryrun:
         return _promote_plan(r, rec, say, dryrun=True)
-    # One run at a time; what the run before this one left is read once the lock is held.
+    # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
+    # already: the lock of a run that died after its last step goes with it).
     with oplock.holding(r, "promote") as lock:
         r, rec = streams.load(reg, path)
         _check_promote(r, rec)
