@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import kafka, oplock, policy, replicas, statustopic, streams
+from . import kafka, oplock, policy, replicas, settings, statustopic, streams
 from .dr import Ends, Say, Waiter, ends_by_topic, quiet
 from .errors import InvalidArgument, NotFound, StreamreplError
 from .journal import PROMOTE_STEPS
@@ -98,6 +98,7 @@ def promote(
     wait_released: Waiter = statustopic.wait_released,
 ) -> list[dict[str, Any]]:
     """Make the replica `path` the writable primary; see the module doc. Never contacts its sources' clusters."""
+    settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
     r, rec = streams.load(reg, path)
     _check_promote(r, rec)
     if dryrun:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import dr, journal, kafka, oplock, replicas, statustopic, streams
+from . import dr, journal, kafka, oplock, replicas, settings, statustopic, streams
 from .bulk.copystream import copystream
 from .divergence import Divergence, check, tail_of
 from .errors import InvalidArgument, NotFound, StreamreplError
@@ -251,6 +251,7 @@ def resync(
     """Rebuild the diverged topics of replica `replica` from its source `path`; see the module doc."""
     if not replica:
         raise InvalidArgument("missing -replica; give the replica stream's path")
+    settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
     src, srec = streams.load(reg, path)
     dst, drec = streams.load(reg, replica)
     pending = journal.resyncing(drec)

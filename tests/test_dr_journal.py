@@ -379,3 +379,17 @@ def test_failback_refuses_until_an_interrupted_promote_is_completed(ec: Ephemera
     (row,) = cli_data("stream", "replica", "list", "-path", sf, registry=reg)
     assert f"replica stream {ny} is being promoted" in row["lasterror"], row
     assert record(reg, sf).to_json() == held.to_json()
+
+
+def test_a_bad_crash_hook_value_is_one_line_and_changes_nothing(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec, n=2)
+    held = record(reg, ny)
+    run = run_proc(
+        ["stream", "replica", "promote", "-path", ny],
+        env={"STREAMREPL_CLUSTERS": str(reg), "STREAMREPL_CRASH_AFTER_STEP": "promote"},
+    )
+    assert one_error_line(run).endswith(
+        "STREAMREPL_CRASH_AFTER_STEP=promote is not <command>:<step> (e.g. promote:2); fix it or unset it"
+    )
+    assert record(reg, ny).upstreams == held.upstreams and record(reg, ny).promotion is None
