@@ -38,7 +38,7 @@ from support.streams import (
 )
 from test_divergence import recreate_topic, write
 
-from streamrepl import policy, registry, streams
+from streamrepl import policy, registry, statustopic, streams
 from streamrepl.journal import PROMOTE_STEPS, RESYNC_STEPS
 from streamrepl.local import EphemeralClusters
 from streamrepl.model import Stream
@@ -114,7 +114,8 @@ def check_promoted(ec: EphemeralClusters, before: Sides) -> None:
     assert record(reg, sf).to_json() == before.sf_rec.to_json()
     assert before.records(sf) == before.sf_recs
     assert before.records(ny) == before.ny_recs
-    assert assert_identical(before.bs(sf), sp(sf), before.sf_rec.uuid, before.bs(ny), sp(ny), TOPICS) == 20
+    total = sum(len(recs) for recs in before.sf_recs.values())
+    assert assert_identical(before.bs(sf), sp(sf), before.sf_rec.uuid, before.bs(ny), sp(ny), TOPICS) == total
 
 
 def promote_crash_test(ec: EphemeralClusters, step: int) -> None:
@@ -393,3 +394,38 @@ def test_a_bad_crash_hook_value_is_one_line_and_changes_nothing(ec: EphemeralClu
         "STREAMREPL_CRASH_AFTER_STEP=promote is not <command>:<step> (e.g. promote:2); fix it or unset it"
     )
     assert record(reg, ny).upstreams == held.upstreams and record(reg, ny).promotion is None
+
+
+@pytest.mark.drcrash
+def test_two_promotes_at_once_one_refuses(ec: EphemeralClusters, tmp_path: Path) -> None:
+    """Two real processes: the first waits for a frozen gateway that still holds the replica's partitions (its report
+    stays live for statustopic.LIVE_SECONDS), the second refuses meanwhile and changes nothing."""
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec, n=4)
+    before = Sides(ec, sf, ny)
+    newyork = registry.load(str(reg)).get("newyork")
+    with Gateways(reg, "newyork", tmp_path) as gws:
+        name = gws.start()
+        wait_until(lambda: statustopic.held_units(newyork, [f"{ny}:"]), 60, "the gateway to hold the replica")
+        gws.procs[name].send_signal(signal.SIGSTOP)
+        try:
+            first = subprocess.Popen(
+                [STREAMREPL_BIN, "stream", "replica", "promote", "-path", ny],
+                env={**os.environ, "STREAMREPL_CLUSTERS": str(reg)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            wait_until(
+                lambda: "upstreams" in ((record(reg, ny).promotion or {}).get("done") or []), 30, "the first run"
+            )
+            second = cli("stream", "replica", "promote", "-path", ny, registry=reg, check=False)
+            assert f"a promote of {ny} is running (owner " in one_error_line(second)
+            assert first.poll() is None, "the first run did not wait for the gateway"
+        finally:
+            gws.procs[name].send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=120)
+        assert first.returncode == 0, err
+        assert f"{ny} is writable" in err, err
+        gws.stop_all()
+    check_promoted(ec, before)
