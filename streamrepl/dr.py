@@ -1,15 +1,4 @@
-"""Disaster recovery: `stream replica promote` and `stream replica failback`.
-
-promote (Cluster Linking's failover)
-    The replica becomes the writable primary after its source is lost. Only the replica's half of each inbound link
-    is removed (its upstream entries): the source's cluster may be unreachable, and a link runs only while both
-    halves agree, so that alone stops it. The command then waits until no live gateway of the replica's cluster
-    still writes into it (the status topic's reports, as a delete waits) before calling it writable. The consumer
-    groups' cursors are already on the replica (cursor replication); nothing is done to them. The replica's end of
-    every partition at that moment, the promotion point, is kept in its metadata record: failback needs it to tell
-    the old primary's diverged tail from the history both share. The promoted stream also takes over the UUID of
-    the history it holds (the origin its records carry, policy.py): a copy's partition holds records of one origin,
-    so records written to it after the promotion must carry the same one, or it could never be copied again.
+"""Disaster recovery: `stream replica failback`, and what it shares with promote (promote.py) and resync.
 
 failback (Cluster Linking's truncate-and-restore, done without truncating anything)
     Once the old primary's cluster answers again, it becomes a replica of the new primary. Whatever it holds is first
@@ -19,43 +8,36 @@ failback (Cluster Linking's truncate-and-restore, done without truncating anythi
     never dropped. Kafka has no way to truncate a partition, so the old primary is deleted and created again, empty,
     as a replica of the new primary by autosetup's flow (registered paused, copied, replication started): every
     offset then means the same record in both. Its consumer groups' cursors come back from the new primary by cursor
-    replication once a gateway of its cluster runs.
+    replication once a gateway of its cluster runs. Only a pair is failed back: the new primary was promoted from
+    the old one, or the old one still lists it as its replica (else failback would delete an unrelated stream).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import kafka, policy, replicas, statustopic, streams
+from . import kafka, policy, statustopic, streams
 from .autosetup import autosetup
 from .bulk.copystream import copystream
 from .errors import InvalidArgument, NotFound, StreamreplError
+from .journal import promoting as _running
 from .model import Stream
 from .paths import kafka_topic_name
 from .registry import Cluster, Registry
-
-#: The promotion point kept in the promoted stream's record (model.Stream.promotion):
-#: `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}, "uuid": previous uuid}`.
 
 Say = Callable[[str], None]
 Ends = Callable[[Cluster, list[str]], dict[tuple[str, int], int]]
 Waiter = Callable[[dict[str, tuple[Cluster, list[str]]]], list[str]]
 
 
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
     pass
 
 
-def _writers(r: streams.Resolved) -> dict[str, tuple[Cluster, list[str]]]:
-    """Who may write into stream `r`: the gateways of its own cluster, holding units `/cluster/stream:topic[p]`."""
-    return {r.cluster.name: (r.cluster, [f"{r.path}:"])}
-
-
-def _ends_by_topic(r: streams.Resolved, rec: Stream, ends: Ends) -> dict[str, list[int]]:
+def ends_by_topic(r: streams.Resolved, rec: Stream, ends: Ends) -> dict[str, list[int]]:
     """The real end of every partition of every topic of the stream (topics without a Kafka topic are left out)."""
     names = {kafka_topic_name(r.path, t): t for t in sorted(rec.topics)}
     found = ends(r.cluster, list(names))
@@ -64,80 +46,6 @@ def _ends_by_topic(r: streams.Resolved, rec: Stream, ends: Ends) -> dict[str, li
         out.setdefault(names[kt], []).append(end)
         assert len(out[names[kt]]) == p + 1
     return out
-
-
-def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> list[str]:
-    """The origins of the records the stream's partitions end with (policy.origin_of)."""
-    found: set[str] = set()
-    c = kafka.consumer(r.cluster)
-    try:
-        for topic, per in ends.items():
-            for p, end in enumerate(per):
-                last = (
-                    kafka.last_record(c, kafka.TopicPartition(kafka_topic_name(r.path, topic), p), end) if end else None
-                )
-                if last is not None:
-                    found.add(policy.origin_of(last.headers(), rec.uuid))
-    finally:
-        c.close()
-    return sorted(found)
-
-
-# -- promote ----------------------------------------------------------------------------------
-def promote(
-    reg: Registry,
-    path: str,
-    *,
-    dryrun: bool = False,
-    say: Say = _quiet,
-    ends: Ends = kafka.topic_ends,
-    wait_released: Waiter = statustopic.wait_released,
-) -> list[dict[str, Any]]:
-    """Make the replica `path` the writable primary; see the module doc. Never contacts its sources' clusters."""
-    r, rec = streams.load(reg, path)
-    if not rec.upstreams:
-        raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
-    streams.check_perm(rec, "adminperm", r.path, "promote it")
-    sources = [e.path for e in rec.upstreams]
-    for src in sources:
-        say(f"remove upstream {src} from {r.path}: replication from it stops (its cluster is not contacted)")
-    say(f"wait until no gateway of cluster {r.cluster.name} writes into {r.path}")
-    say(f"record the end of every partition of {r.path} as its promotion point; cursors stay as replicated")
-    if dryrun:
-        return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": False, "dryrun": True}]
-    for src in sources:
-        replicas.upstream_remove(reg, str(r.path), src)
-    held = wait_released(_writers(r))
-    if held:
-        raise StreamreplError(
-            f"gateways still write into {r.path} after {statustopic.RELEASE_TIMEOUT:.0f} s ({', '.join(held)});"
-            f" its upstreams are removed: stop those gateways ('streamrepl gateway list -cluster {r.cluster.name}')"
-            " before writing to it"
-        )
-    point = _ends_by_topic(r, rec, ends)
-    found = _origins(r, rec, point)
-    identity = found[0] if len(found) == 1 else rec.upstreams[0].uuid
-    if len(found) > 1:
-        say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
-    say(f"{r.path} takes over the identity {identity} of the history it holds")
-
-    def record(current: Stream | None) -> Stream:
-        if current is None:
-            raise NotFound(f"stream {r.path} was deleted meanwhile")
-        current.promotion = {
-            "from": sources,
-            "at": int(time.time() * 1000),
-            "ends": point,
-            "uuid": current.uuid,
-        }
-        # Every copy of a partition holds records of one origin (policy.py): records written here from now on are
-        # the same history's, so they must carry its origin, or no copy of this stream could ever be made again.
-        current.uuid = identity
-        return current
-
-    r.store.update(r.path.path, record)
-    say(f"{r.path} is writable")
-    return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": True, "dryrun": False}]
 
 
 # -- failback ---------------------------------------------------------------------------------
@@ -168,7 +76,7 @@ class PartitionPlan:
 
 def _fork_points(new_rec: Stream, old_path: str) -> dict[str, list[int]] | None:
     promotion = new_rec.promotion
-    if not isinstance(promotion, dict) or old_path not in promotion.get("from", []):
+    if not isinstance(promotion, dict) or _running(new_rec) or old_path not in promotion.get("from", []):
         return None
     return promotion.get("ends") or {}
 
@@ -197,8 +105,8 @@ def plan_failback(
     """Per partition of the old primary: its end, the new primary's, the fork and the diverged tail; and whether the
     fork points came from the promotion record (else the new primary's end stands for them)."""
     forks = _fork_points(new_rec, str(old_r.path))
-    old_ends = _ends_by_topic(old_r, old_rec, ends)
-    new_ends = _ends_by_topic(new_r, new_rec, ends)
+    old_ends = ends_by_topic(old_r, old_rec, ends)
+    new_ends = ends_by_topic(new_r, new_rec, ends)
     plan = []
     for topic, per in old_ends.items():
         for p, old_end in enumerate(per):
@@ -212,12 +120,32 @@ def plan_failback(
     return plan, forks is not None
 
 
-def _check_failback(reg: Registry, new_r: streams.Resolved, new_rec: Stream, old_r: streams.Resolved) -> None:
+def _paired(new_path: str, new_rec: Stream, old_path: str, old_rec: Stream) -> bool:
+    """Whether the new primary was a replica of the old one: promoted from it, or still listed as its replica (an
+    upstream removed by hand) with the uuid it has, or had before its promotion took over another."""
+    if _fork_points(new_rec, old_path) is not None:
+        return True
+    entry = old_rec.replica(new_path)
+    if entry is None:
+        return False
+    before = new_rec.promotion.get("uuid") if isinstance(new_rec.promotion, dict) else None
+    return not entry.uuid or entry.uuid in (new_rec.uuid, before)
+
+
+def _check_failback(
+    reg: Registry, new_r: streams.Resolved, new_rec: Stream, old_r: streams.Resolved, old_rec: Stream
+) -> None:
     if new_r.path == old_r.path:
         raise InvalidArgument(f"-path and -replica are the same stream {new_r.path}; name the old primary in -replica")
     if new_rec.upstream(str(old_r.path)) is not None:
         raise InvalidArgument(
             f"stream {new_r.path} is still a replica of {old_r.path}; promote it first"
+            f" ('streamrepl stream replica promote -path {new_r.path}')"
+        )
+    journal = _running(new_rec)
+    if journal is not None and str(old_r.path) in journal.get("from", []):
+        raise InvalidArgument(
+            f"the promote of {new_r.path} did not finish; complete it first"
             f" ('streamrepl stream replica promote -path {new_r.path}')"
         )
     if new_rec.replica(str(old_r.path)) is not None:
@@ -229,6 +157,13 @@ def _check_failback(reg: Registry, new_r: streams.Resolved, new_rec: Stream, old
     if held:
         raise InvalidArgument(
             f"a gateway still writes into {old_r.path} ({', '.join(held[:3])}); promote or unlink it first"
+        )
+    if not _paired(str(new_r.path), new_rec, str(old_r.path), old_rec):
+        # Failback deletes the old primary: only a stream whose history the new primary continues may be replaced.
+        raise InvalidArgument(
+            f"stream {new_r.path} was never a replica of {old_r.path} (not promoted from it, not one of its replicas):"
+            f" failback would delete {old_r.path}; nothing was changed. To make {old_r.path} a copy of {new_r.path},"
+            f" use 'streamrepl stream replica autosetup -path {new_r.path} -replica {old_r.path}'"
         )
 
 
@@ -257,8 +192,8 @@ def _set_aside(
             f" was deleted: run {command} again"
         )
     aside_r, aside_rec = streams.load(reg, aside)
-    copied = _ends_by_topic(aside_r, aside_rec, ends)
-    now = _ends_by_topic(old_r, old_rec, ends)
+    copied = ends_by_topic(aside_r, aside_rec, ends)
+    now = ends_by_topic(old_r, old_rec, ends)
     for pp in plan:
         have = (copied.get(pp.topic) or [])[pp.partition : pp.partition + 1]
         still = (now.get(pp.topic) or [])[pp.partition : pp.partition + 1]
@@ -282,7 +217,7 @@ def failback(
     *,
     dryrun: bool = False,
     master: str | None = None,
-    say: Say = _quiet,
+    say: Say = quiet,
     ends: Ends = kafka.topic_ends,
     copy: Callable[..., Any] = copystream,
     setup: Callable[..., dict[str, Any]] = autosetup,
@@ -298,7 +233,7 @@ def failback(
     old_r, old_rec = streams.load(reg, replica)
     streams.check_perm(new_rec, "adminperm", new_r.path, "add replicas")
     streams.check_perm(old_rec, "adminperm", old_r.path, "delete it")
-    _check_failback(reg, new_r, new_rec, old_r)
+    _check_failback(reg, new_r, new_rec, old_r, old_rec)
     plan, from_promotion = plan_failback(old_r, old_rec, new_r, new_rec, ends)
     aside = aside_path(old_r)
     if not from_promotion:

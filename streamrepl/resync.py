@@ -16,6 +16,13 @@ the source into it from its start, offsets kept, as replication always does. Bef
 Without -topic, the topics with a diverged partition are rebuilt (none: nothing is done); with -topic, that topic is
 rebuilt whether or not a divergence is seen (diffstreams may have shown one in the middle of a partition). Only a
 replica fed by this one source can be rebuilt from it: records of several sources share its partitions otherwise.
+A link the operator had paused stays paused.
+
+resync is journaled (Stream.resync, in the replica's record, written before the first change; journal.RESYNC_STEPS):
+a rerun after a run that died completes it, or, when it cannot go on before any topic was rebuilt (gateways still
+holding, the replica changed since the plan, the copy failed, an interrupt), rolls back: the links it paused are
+resumed, its partial set-aside copy deleted and the journal cleared. Once a topic is being rebuilt, only completing
+is possible: the journal stays until a rerun does. One run at a time holds the replica (oplock.py).
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import dr, kafka, replicas, statustopic, streams
+from . import dr, journal, kafka, oplock, replicas, settings, statustopic, streams
 from .bulk.copystream import copystream
 from .divergence import Divergence, check, tail_of
-from .errors import InvalidArgument, StreamreplError
+from .errors import InvalidArgument, NotFound, StreamreplError
 from .model import Stream
 from .paths import kafka_topic_name
 from .registry import Cluster, Registry
@@ -137,9 +144,10 @@ def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | 
     return out
 
 
-def _links(src: Resolved, dst: Resolved, drec: Stream) -> list[tuple[str, str, bool]]:
+def _links(src: Resolved, srec: Stream, dst: Resolved, drec: Stream) -> list[tuple[str, str, bool]]:
     """The links to pause, (source, replica, paused already): this one, and the replica's own replicas'."""
-    out = [(str(src.path), str(dst.path), False)]
+    entry = srec.replica(str(dst.path))
+    out = [(str(src.path), str(dst.path), entry is not None and entry.paused)]
     out += [(str(dst.path), e.path, e.paused) for e in drec.replicas]
     return out
 
@@ -173,28 +181,16 @@ def _recreate(cluster: Cluster, kt: str, partitions: int, configs: dict[str, str
         time.sleep(0.2)
 
 
-def resync(
-    reg: Registry,
-    path: str,
-    replica: str,
-    *,
-    topic: str | None = None,
-    dryrun: bool = False,
-    master: str | None = None,
-    say: dr.Say = dr._quiet,
-    ends: dr.Ends = kafka.topic_ends,
-    copy: Callable[..., Any] = copystream,
-    wait_released: Callable[[dict[str, tuple[Cluster, list[str]]]], list[str]] = statustopic.wait_released,
-) -> list[dict[str, Any]]:
-    """Rebuild the diverged topics of replica `replica` from its source `path`; see the module doc."""
-    if not replica:
-        raise InvalidArgument("missing -replica; give the replica stream's path")
-    src, srec = streams.load(reg, path)
-    dst, drec = streams.load(reg, replica)
-    _check(src, srec, dst, drec, topic)
-    parts = plan(src, srec, dst, drec, topic)
-    aside = dr.aside_path(dst)
-    rows = [r.row(aside) for r in parts]
+def _announce(
+    src: Resolved,
+    dst: Resolved,
+    drec: Stream,
+    parts: list[Rebuild],
+    links: list[list[str]],
+    kept: list[list[str]],
+    aside: str,
+    say: dr.Say,
+) -> None:
     chosen = sorted({r.part.topic for r in parts if r.rebuild})
     for r in parts:
         p = r.part
@@ -204,42 +200,276 @@ def resync(
         else:
             say(f"{where}; {'rebuilt as asked' if r.rebuild else 'matches its source, kept'}")
     if not chosen:
-        say(f"no partition of {dst.path} diverged from {src.path}: nothing to do")
-        return rows
-    links = [(s, d, was) for s, d, was in _links(src, dst, drec) if not was]
-    say(f"pause {', '.join(f'{s} -> {d}' for s, d, _ in links)} and wait until no gateway holds {', '.join(chosen)}")
+        return
+    say(f"pause {', '.join(f'{s} -> {d}' for s, d in links)} and wait until no gateway holds {', '.join(chosen)}")
     say(f"copy {dst.path} whole into {aside} (offsets kept) and check it partition by partition")
     say(f"delete and create again, empty, the topics {', '.join(chosen)} of {dst.path}")
     say(f"resume the links: the gateways of {dst.cluster.name} copy {src.path} into them from its start, offsets kept")
+    for s, d in kept:
+        # The operator paused it: resync leaves that decision alone.
+        say(
+            f"the link {s} -> {d} was paused before resync: it stays paused; resume it with 'streamrepl stream"
+            f" replica resume -path {s} -replica {d}'"
+            + (f" to copy {src.path} into the rebuilt topics" if d == str(dst.path) else "")
+        )
     if drec.replicas:
         say(
             f"the replicas of {dst.path} ({', '.join(e.path for e in drec.replicas)}) follow its rebuilt topics:"
             " resync them too if 'stream replica list' shows them diverged"
         )
-    if dryrun:
-        return rows
-    for s, d, _ in links:
-        replicas.set_paused(reg, s, d, True)
-    try:
-        held = wait_released(_holders(reg, dst, drec, chosen))
-        if held:
-            raise StreamreplError(
-                f"gateways still hold {', '.join(held[:3])} after {statustopic.RELEASE_TIMEOUT:.0f} s; nothing was"
-                f" changed: see 'streamrepl cluster gateway list -cluster {dst.cluster.name}' and run resync again"
-            )
-        rebuilt = [r.part for r in parts if r.rebuild]
-        dr._set_aside(reg, dst, drec, aside, rebuilt, ends, copy, master, command="resync")
-    except BaseException:
-        for s, d, _ in links:
-            replicas.set_paused(reg, s, d, False)
-        raise
-    say(f"set aside: {aside} holds {dst.path} whole")
-    for t in chosen:
-        meta = drec.topics[t]
-        configs = streams.kafka_configs(drec.settings, meta.timestamptype)
-        _recreate(dst.cluster, kafka_topic_name(dst.path, t), meta.partitions, configs)
-        say(f"rebuilt {dst.path}:{t} empty ({meta.partitions} partitions)")
-    for s, d, _ in links:
-        replicas.set_paused(reg, s, d, False)
-    say(f"replicating {src.path} -> {dst.path} again; 'streamrepl stream replica list -path {src.path}' shows it")
+
+
+def _check_pending(src: Resolved, dst: Resolved, drec: Stream, j: dict[str, Any], topic: str | None) -> None:
+    """A rerun finishes the resync its journal describes: the same source, and the same -topic if one is given."""
+    streams.check_perm(drec, "adminperm", dst.path, "resynchronize it")
+    again = f"'streamrepl stream replica resync -path {j.get('source')} -replica {dst.path}'"
+    if j.get("source") != str(src.path):
+        raise InvalidArgument(
+            f"an interrupted resync of {dst.path} from {j.get('source')} is pending (started"
+            f" {journal.iso(j.get('started'))}): run {again} to complete it or roll it back first"
+        )
+    if topic is not None and topic not in j.get("topics", []):
+        raise InvalidArgument(
+            f"an interrupted resync of {dst.path} (topics {', '.join(j.get('topics', []))}) is pending: run {again}"
+            " without -topic to complete it or roll it back first"
+        )
+
+
+def resync(
+    reg: Registry,
+    path: str,
+    replica: str,
+    *,
+    topic: str | None = None,
+    dryrun: bool = False,
+    master: str | None = None,
+    say: dr.Say = dr.quiet,
+    ends: dr.Ends = kafka.topic_ends,
+    copy: Callable[..., Any] = copystream,
+    wait_released: Callable[[dict[str, tuple[Cluster, list[str]]]], list[str]] = statustopic.wait_released,
+) -> list[dict[str, Any]]:
+    """Rebuild the diverged topics of replica `replica` from its source `path`; see the module doc."""
+    if not replica:
+        raise InvalidArgument("missing -replica; give the replica stream's path")
+    settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
+    src, srec = streams.load(reg, path)
+    dst, drec = streams.load(reg, replica)
+    pending = journal.resyncing(drec)
+    begun: dict[str, Any] = {}
+    if pending is not None:
+        _check_pending(src, dst, drec, pending, topic)
+        left = [s for s in journal.RESYNC_STEPS if s not in pending.get("done", [])]
+        say(
+            f"an interrupted resync of {dst.path} from {src.path} (started {journal.iso(pending.get('started'))},"
+            f" topics {', '.join(pending.get('topics', []))}) did {', '.join(pending.get('done', []))}; left:"
+            f" {', '.join(left)}"
+        )
+        rows: list[dict[str, Any]] = list(pending.get("rows", []))
+        if dryrun:
+            return rows
+    else:
+        _check(src, srec, dst, drec, topic)
+        parts = plan(src, srec, dst, drec, topic)
+        aside = dr.aside_path(dst)
+        rows = [r.row(aside) for r in parts]
+        every = _links(src, srec, dst, drec)
+        links = [[s, d] for s, d, was in every if not was]
+        kept = [[s, d] for s, d, was in every if was]
+        _announce(src, dst, drec, parts, links, kept, aside, say)
+        chosen = sorted({r.part.topic for r in parts if r.rebuild})
+        if not chosen:
+            say(f"no partition of {dst.path} diverged from {src.path}: nothing to do")
+            return rows
+        if dryrun:
+            return rows
+        aside_r = streams.resolve(reg, aside)
+        begun = {
+            "source": str(src.path),
+            "topic": topic,
+            "topics": chosen,
+            "aside": aside,
+            # deleted on a roll back only when this resync made it
+            "asidenew": aside_r.store.get(aside_r.path.path) is None,
+            "links": links,
+            "kept": kept,
+            # the replica's ends when planned: its set-aside copy must end there too
+            "ends": {t: [r.part.old_end for r in parts if r.part.topic == t] for t in chosen},
+            "rows": rows,
+            "steps": list(journal.RESYNC_STEPS),
+            "done": ["journal"],
+        }
+    # One run at a time; what the run before this one left is read once the lock is held.
+    with oplock.holding(dst, "resync") as lock:
+        dst, now = streams.load(reg, replica)
+        found = journal.resyncing(now)
+        if (found is None) != (pending is None) or (
+            found and pending and found.get("started") != pending.get("started")
+        ):
+            raise StreamreplError(f"another resync of {dst.path} ran meanwhile; nothing was changed: run resync again")
+        if found is None:
+            j = {**begun, "started": int(time.time() * 1000)}
+
+            def begin(current: Stream | None) -> Stream:
+                if current is None:
+                    raise StreamreplError(f"stream {dst.path} was deleted meanwhile; nothing was changed")
+                current.resync = j
+                return current
+
+            dst.store.update(dst.path.path, begin)
+            oplock.step_done("resync", 1)
+        else:
+            j = found
+        _Run(reg, src, dst, now, j, lock, say, ends, copy, master, wait_released).run(resumed=pending is not None)
     return rows
+
+
+class _RollBack(StreamreplError):
+    """The resync cannot go on; nothing of the replica was changed yet: its journal is undone."""
+
+
+class _Run:
+    """The steps of one resync (journal.RESYNC_STEPS) not done yet, each marked done in its journal once it is."""
+
+    def __init__(
+        self,
+        reg: Registry,
+        src: Resolved,
+        dst: Resolved,
+        drec: Stream,
+        j: dict[str, Any],
+        lock: oplock.OpLock,
+        say: dr.Say,
+        ends: dr.Ends,
+        copy: Callable[..., Any],
+        master: str | None,
+        wait_released: Callable[[dict[str, tuple[Cluster, list[str]]]], list[str]],
+    ):
+        self.reg, self.src, self.dst, self.drec, self.j, self.lock = reg, src, dst, drec, j, lock
+        self.say, self.ends, self.copy, self.master, self.wait_released = say, ends, copy, master, wait_released
+        self.topics: list[str] = list(j.get("topics", []))
+        self.links: list[tuple[str, str]] = [(s, d) for s, d in j.get("links", [])]
+
+    def mark(self, step: str) -> None:
+        def apply(current: Stream | None) -> Stream:
+            if current is None or journal.resyncing(current) is None:
+                raise StreamreplError(f"the journal of the resync of {self.dst.path} vanished meanwhile")
+            if self.lock.lost:
+                raise oplock.OpLocked(f"resync of {self.dst.path} stopped: {self.lock.lost}")
+            assert current.resync is not None
+            current.resync["done"] = [*current.resync.get("done", []), step]
+            return current
+
+        self.dst.store.update(self.dst.path.path, apply)
+        self.j["done"] = [*self.j.get("done", []), step]
+        oplock.step_done("resync", journal.RESYNC_STEPS.index(step) + 1)
+
+    def done(self, step: str) -> bool:
+        return step in self.j.get("done", [])
+
+    def _clear(self) -> None:
+        def drop(current: Stream | None) -> Stream:
+            if current is None:
+                raise StreamreplError(f"stream {self.dst.path} was deleted meanwhile")
+            current.resync = None
+            return current
+
+        self.dst.store.update(self.dst.path.path, drop)
+
+    def run(self, resumed: bool) -> None:
+        what = f"{'the interrupted' if resumed else 'the'} resync of {self.dst.path} from {self.src.path}"
+        try:
+            self._prepare()
+        except (StreamreplError, KeyboardInterrupt) as e:
+            # Nothing of the replica changed yet: undone rather than left paused for a rerun.
+            undone = self._roll_back()
+            text = f"rolled back {what}: {undone}; nothing of {self.dst.path} was changed: run resync again"
+            if isinstance(e, KeyboardInterrupt):
+                raise type(e)(text) from None  # reported as "interrupted: ..."
+            raise _RollBack(f"{e}; {text}") from None
+        try:
+            self._finish()
+        except (StreamreplError, KeyboardInterrupt) as e:
+            why = f" ({e})" if isinstance(e, StreamreplError) else ""
+            text = (
+                f"{what} stopped after its set-aside copy {self.j.get('aside')} was checked{why}; its journal keeps"
+                " the steps done and the links stay paused: run 'streamrepl stream replica resync"
+                f" -path {self.src.path} -replica {self.dst.path}' again to complete it"
+            )
+            if isinstance(e, KeyboardInterrupt):
+                raise type(e)(text) from None
+            raise StreamreplError(text) from None
+        if resumed:
+            self.say(f"completed {what}")
+
+    def _prepare(self) -> None:
+        """The steps that change nothing of the replica: pause, wait for the gateways, set the replica aside."""
+        if not self.done("pause"):
+            for s, d in self.links:
+                replicas.set_paused(self.reg, s, d, True)
+            self.mark("pause")
+        if not self.done("released"):
+            held = self.wait_released(_holders(self.reg, self.dst, self.drec, self.topics))
+            if held:
+                raise StreamreplError(
+                    f"gateways still hold {', '.join(held[:3])} after {statustopic.RELEASE_TIMEOUT:.0f} s (see"
+                    f" 'streamrepl cluster gateway list -cluster {self.dst.cluster.name}')"
+                )
+            self.mark("released")
+        if not self.done("aside"):
+            planned = [
+                dr.PartitionPlan(t, p, end, 0, 0)
+                for t, per in self.j.get("ends", {}).items()
+                for p, end in enumerate(per)
+            ]
+            dr._set_aside(
+                self.reg, self.dst, self.drec, self.j["aside"], planned, self.ends, self.copy, self.master, "resync"
+            )
+            self.say(f"set aside: {self.j['aside']} holds {self.dst.path} whole")
+            self.mark("aside")
+
+    def _roll_back(self) -> str:
+        """Undo what the steps before "rebuild" did, clear the journal; says what was undone."""
+        undone = []
+        for s, d in self.links:
+            try:
+                replicas.set_paused(self.reg, s, d, False)
+            except NotFound:
+                continue  # the link was removed meanwhile: nothing to resume
+        if self.links:
+            undone.append(f"resumed {', '.join(f'{s} -> {d}' for s, d in self.links)}")
+        aside = str(self.j.get("aside", ""))
+        if aside and self.j.get("asidenew"):
+            a = streams.resolve(self.reg, aside)
+            if a.store.get(a.path.path) is not None:
+                streams.delete(self.reg, aside)
+                undone.append(f"deleted its partial copy {aside}")
+        self._clear()
+        return ", ".join(undone) or "nothing to undo"
+
+    def _finish(self) -> None:
+        """The steps past the point of no return: rebuild the topics, resume the links, clear the journal."""
+        if not self.done("rebuild"):
+            for t in self.topics:
+                meta = self.drec.topics[t]
+                configs = streams.kafka_configs(self.drec.settings, meta.timestamptype)
+                _recreate(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
+                self.say(f"rebuilt {self.dst.path}:{t} empty ({meta.partitions} partitions)")
+            self.mark("rebuild")
+        if not self.done("resume"):
+            for s, d in self.links:
+                try:
+                    replicas.set_paused(self.reg, s, d, False)
+                except NotFound:
+                    self.say(f"the link {s} -> {d} was removed meanwhile: nothing to resume")
+            self.mark("resume")
+        self._clear()
+        if (str(self.src.path), str(self.dst.path)) in self.links:
+            self.say(
+                f"replicating {self.src.path} -> {self.dst.path} again; 'streamrepl stream replica list -path"
+                f" {self.src.path}' shows it"
+            )
+        else:
+            self.say(
+                f"{self.src.path} -> {self.dst.path} stays paused, as it was: 'streamrepl stream replica resume"
+                f" -path {self.src.path} -replica {self.dst.path}' copies the source into the rebuilt topics"
+            )

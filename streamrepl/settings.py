@@ -125,6 +125,8 @@ LOCAL_BROKER = "STREAMREPL_LOCAL_BROKER"
 #: The broker programs `local up` can start (streamrepl.local_brokers has one class for each).
 LOCAL_BROKERS = ("tansu", "noida")
 DEBUG = "STREAMREPL_DEBUG"
+#: A test hook: `<command>:<k>` makes a journaled DR command (promote, resync) exit hard right after its step k.
+CRASH_AFTER_STEP = "STREAMREPL_CRASH_AFTER_STEP"
 KEEP_SPARK_LOG = "STREAMREPL_KEEP_SPARK_LOG"
 
 
@@ -202,3 +204,17 @@ def debug() -> bool:
 def keep_spark_log() -> bool:
     """$STREAMREPL_KEEP_SPARK_LOG: keep the Spark JVM's log file after a job (the secrets test reads it)."""
     return bool(_text(KEEP_SPARK_LOG))
+
+
+def crash_after_step() -> tuple[str, int] | None:
+    """$STREAMREPL_CRASH_AFTER_STEP (`promote:2`): the command and step after which the process exits hard (tests
+    of the DR commands' journals); None when unset."""
+    raw = _text(CRASH_AFTER_STEP)
+    if raw is None:
+        return None
+    command, _, step = raw.strip().partition(":")
+    if not command or not step.isdigit() or int(step) < 1:
+        raise InvalidArgument(
+            f"{CRASH_AFTER_STEP}={_shown(raw)} is not <command>:<step> (e.g. promote:2); fix it or unset it"
+        )
+    return command, int(step)

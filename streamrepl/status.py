@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from . import kafka, topics
+from . import journal, kafka, topics
 from .metastore import MetaStore
 from .model import Replica, ReplicaState, Stream
 from .paths import StreamPath, kafka_topic_name
@@ -78,6 +78,7 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = gone
         return row
+    assert drec is not None
     if not agreed:
         row["replicaState"] = str(ReplicaState.WAITING_FOR_UPSTREAM)
         row["lasterror"] = (
@@ -129,8 +130,11 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = errors[0].get("error", "")
         row["errorPartitions"] = len(errors)
+    pending_resync = journal.resync_note(str(src.path), entry.path, drec)
+    if pending_resync and not errors:
+        row["lasterror"] = pending_resync
     # Up to date: nothing pending, and a live gateway holds every partition (or the link is paused on purpose).
-    caught_up = not errors and not unadopted and row["putsPending"] == 0
+    caught_up = not errors and not unadopted and not pending_resync and row["putsPending"] == 0
     row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
 
@@ -148,9 +152,13 @@ def link_error(reg: Registry, src: Any, srec: Stream, entry: Replica) -> str | N
 
 
 def _replica_gone(src: Any, entry: Replica, drec: Stream | None) -> str:
-    """Why the replica stream is not the one the link was made with ("": it is)."""
+    """Why the replica stream is not the one the link was made with, or no longer its replica (promoted); "": it is."""
     if drec is None:
         return f"replica stream {entry.path} does not exist"
+    # Promoted: its uuid changed too (it took over the identity of its history), but it is the same stream.
+    promoted = journal.promotion_note(str(src.path), entry.path, entry.uuid, drec)
+    if promoted:
+        return promoted
     if entry.uuid and drec.uuid != entry.uuid:
         return (
             f"replica stream {entry.path} was deleted and created again (uuid {entry.uuid}, now"

@@ -8,6 +8,7 @@ the old primary's diverged tail must still be there when its cluster comes back.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import uuid
@@ -163,7 +164,12 @@ def test_promote_and_failback_whole_cycle(ec: EphemeralClusters, tmp_path: Path)
         names = {r["path"] for r in cli_data("stream", "list", registry=reg)}
         assert aside not in names and uuid_of(reg, sf) == sf_uuid  # the dry run changed nothing
 
-        cli("stream", "replica", "failback", "-path", ny, "-replica", sf, registry=reg)
+        # The old primary's replica list says what happened to its replica and what to run: that is what is run.
+        (row,) = cli_data("stream", "replica", "list", "-path", sf, registry=reg)
+        assert f"replica stream {ny} was promoted to a writable primary at " in row["lasterror"], row
+        found = re.search(r"'streamrepl (stream replica failback [^']*)'", row["lasterror"])
+        assert found and found.group(1).split() == ["stream", "replica", "failback", "-path", ny, "-replica", sf]
+        cli(*found.group(1).split(), registry=reg)
 
         # The old history whole, offsets kept, beside the new replica.
         kept = read_all(sf_bs, sp(aside), TOPICS)
@@ -206,3 +212,41 @@ def test_failback_refuses_while_the_new_primary_still_replicates_the_old(ec: Eph
     # A dry run of promote changes nothing either.
     cli("stream", "replica", "promote", "-path", ny, "-dryrun", "true", registry=reg)
     assert cli_data("stream", "upstream", "list", "-path", ny, registry=reg)[0]["path"] == sf
+
+
+def test_failback_refuses_streams_that_were_never_a_replica_pair(ec: EphemeralClusters) -> None:
+    """Its dry run planned to delete the other stream: nothing tied the two (no promotion from it, no replica entry)."""
+    reg = ec.registry_path
+    name = f"np{uuid.uuid4().hex[:6]}"
+    sf, ny = new_stream(reg, f"/sanfrancisco/{name}"), new_stream(reg, f"/newyork/{name}")
+    new_topics(reg, sf, {"t": 1})
+    produce(ec.brokers["sanfrancisco"].bootstrap, sp(sf), "t", 3, 1)
+    sf_uuid = uuid_of(reg, sf)
+    for dry in ("true", "false"):
+        run = cli(
+            "stream", "replica", "failback", "-path", ny, "-replica", sf, "-dryrun", dry, registry=reg, check=False
+        )
+        line = one_error_line(run)
+        assert f"stream {ny} was never a replica of {sf}" in line, line
+        assert "nothing was changed" in line and "autosetup" in line, line
+    assert uuid_of(reg, sf) == sf_uuid  # not deleted
+    assert not [r for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{sf}.aside-")]
+
+
+def test_promote_refuses_a_replica_of_several_upstreams_naming_them(ec: EphemeralClusters) -> None:
+    reg = ec.registry_path
+    name = f"mu{uuid.uuid4().hex[:6]}"
+    a, b = new_stream(reg, f"/sanfrancisco/{name}a"), new_stream(reg, f"/sanfrancisco/{name}b")
+    ny = new_stream(reg, f"/newyork/{name}")
+    for up in (a, b):
+        cli("stream", "upstream", "add", "-path", ny, "-upstream", up, registry=reg)
+    run = cli("stream", "replica", "promote", "-path", ny, registry=reg, check=False)
+    line = one_error_line(run)
+    assert f"stream {ny} has several upstreams ({a}, {b})" in line, line
+    assert f"'streamrepl stream upstream remove -path {ny} -upstream <path>'" in line, line
+    assert "nothing was changed" in line, line
+    assert [r["path"] for r in cli_data("stream", "upstream", "list", "-path", ny, registry=reg)] == [a, b]
+    # Once the operator removed the upstreams of the sources that are not lost, promote goes through.
+    cli("stream", "upstream", "remove", "-path", ny, "-upstream", b, registry=reg)
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    assert cli_data("stream", "upstream", "list", "-path", ny, registry=reg) == []

@@ -232,3 +232,16 @@ def test_resync_refuses_bad_input_in_one_line(env: Env) -> None:
         f"stream {src} cannot be resynchronized from itself; give its replica in -replica"
     )
     assert row_of(env, src, dst)["paused"] is False
+
+
+def test_resync_keeps_a_link_the_operator_had_paused_paused(env: Env) -> None:
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})  # what a gateway would make; none runs here
+    produce(env.bs(src), sp(src), "t", 4, 1)
+    produce(env.bs(dst), sp(dst), "t", 3, 1, tag="replica")
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    done = cli("stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", registry=env.reg)
+    assert f"the link {src} -> {dst} was paused before resync: it stays paused" in done.stderr, done.stderr
+    assert f"'streamrepl stream replica resume -path {src} -replica {dst}'" in done.stderr, done.stderr
+    assert row_of(env, src, dst)["paused"] is True
+    assert true_ends(env.bs(dst), sp(dst), {"t": 1})[("t", 0)] == 0  # rebuilt empty, and nothing copied into it

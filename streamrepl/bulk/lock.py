@@ -1,5 +1,6 @@
-"""The copy lock: a field of the destination stream's metadata record that keeps two copystream runs from
-writing the same destination at once (owner, since, expires; refreshed while the copy runs)."""
+"""Locks kept in a field of a stream's metadata record (owner, since, expires; refreshed while the holder runs, so
+that the lock of a run that died expires): the copy lock keeps two copystream runs from writing the same destination
+at once; `RecordLock` is the mechanism, which the DR operations' lock (oplock.py) shares."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import streams
 from ..errors import NotFound, StreamreplError
@@ -62,41 +63,45 @@ def _dead_here(held: dict[str, Any]) -> bool:
     return False
 
 
-class CopyLock:
-    """The `copylock` field of a destination stream's metadata record (compare-and-set)."""
+class RecordLock:
+    """A lock in the field `FIELD` of a stream's metadata record (compare-and-set). Subclasses name the field, the
+    error a refused run gets and what else the lock records."""
 
-    def __init__(self, r: streams.Resolved, source: str, ttl: float = LOCK_TTL, local: bool = True):
+    FIELD: ClassVar[str]
+    #: how messages name it
+    NAME: ClassVar[str]
+    ERROR: ClassVar[type[StreamreplError]]
+
+    def __init__(self, r: streams.Resolved, ttl: float = LOCK_TTL, local: bool = True):
         self.r = r
-        self.source = source
-        #: Spark runs inside this process (local mode): its tasks die with it
+        #: nothing of the run outlives its process (Spark in local mode, or no Spark): see _dead_here
         self.local = local
         self.ttl_ms = int(ttl * 1000)
         self.owner = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.since = 0
         self.lost: str | None = None
 
-    def _refuse(self, held: dict[str, Any]) -> CopyLocked:
-        return CopyLocked(
-            f"destination {self.r.path} is being copied by another run (owner {held.get('owner')},"
-            f" since {_iso(int(held.get('since', 0)))}); wait for it to finish, or, if that run died,"
-            f" for its lock to expire at {_iso(int(held.get('expires', 0)))}"
-        )
+    def _details(self) -> dict[str, Any]:
+        """What the lock records besides its owner and times."""
+        return {}
+
+    def _refuse(self, held: dict[str, Any]) -> StreamreplError:
+        raise NotImplementedError
+
+    def _held(self, current: Stream | None) -> dict[str, Any] | None:
+        value = getattr(current, self.FIELD) if current is not None else None
+        return value if isinstance(value, dict) else None
 
     def _take(self, current: Stream | None) -> Stream:
         if current is None:
             raise NotFound(f"stream {self.r.path} does not exist")
-        held = current.copylock
+        held = self._held(current)
         now = _now_ms()
         if held and held.get("owner") != self.owner and int(held.get("expires", 0)) > now and not _dead_here(held):
             raise self._refuse(held)
         since = int(held["since"]) if held and held.get("owner") == self.owner else now
-        current.copylock = {
-            "owner": self.owner,
-            "since": since,
-            "expires": now + self.ttl_ms,
-            "source": self.source,
-            "local": self.local,
-        }
+        value = {"owner": self.owner, "since": since, "expires": now + self.ttl_ms, **self._details()}
+        setattr(current, self.FIELD, {**value, "local": self.local})
         self.since = since
         return current
 
@@ -107,36 +112,58 @@ class CopyLock:
         """Extend the lock; False (and `lost` set) when another run has taken it over."""
 
         def extend(current: Stream | None) -> Stream:
-            held = current.copylock if current else None
+            held = self._held(current)
             if not held or held.get("owner") != self.owner:
                 other = held.get("owner") if held else "nobody"
-                raise CopyLocked(f"the copy lock on {self.r.path} was taken over by {other}")
+                raise self.ERROR(f"the {self.NAME} on {self.r.path} was taken over by {other}")
             return self._take(current)
 
         try:
             self.r.store.update(self.r.path.path, extend)
             return True
-        except CopyLocked as e:
+        except self.ERROR as e:
             self.lost = e.message
             return False
 
     def release(self) -> None:
         def drop(current: Stream | None) -> Stream:
-            held = current.copylock if current else None
+            held = self._held(current)
             if current is None or not held or held.get("owner") != self.owner:
                 raise _Unchanged
-            current.copylock = None
+            setattr(current, self.FIELD, None)
             return current
 
         with contextlib.suppress(_Unchanged):
             self.r.store.update(self.r.path.path, drop)
 
 
+class CopyLock(RecordLock):
+    """The `copylock` field of a destination stream's metadata record."""
+
+    FIELD = "copylock"
+    NAME = "copy lock"
+    ERROR = CopyLocked
+
+    def __init__(self, r: streams.Resolved, source: str, ttl: float = LOCK_TTL, local: bool = True):
+        super().__init__(r, ttl, local)
+        self.source = source
+
+    def _details(self) -> dict[str, Any]:
+        return {"source": self.source}
+
+    def _refuse(self, held: dict[str, Any]) -> CopyLocked:
+        return CopyLocked(
+            f"destination {self.r.path} is being copied by another run (owner {held.get('owner')},"
+            f" since {_iso(int(held.get('since', 0)))}); wait for it to finish, or, if that run died,"
+            f" for its lock to expire at {_iso(int(held.get('expires', 0)))}"
+        )
+
+
 class LockRefresher(threading.Thread):
     """Refreshes a held lock every `every` seconds; calls `on_lost` once if another run takes it over."""
 
-    def __init__(self, lock: CopyLock, on_lost: Callable[[], object], every: float = LOCK_REFRESH):
-        super().__init__(daemon=True, name="copylock-refresher")
+    def __init__(self, lock: RecordLock, on_lost: Callable[[], object], every: float = LOCK_REFRESH):
+        super().__init__(daemon=True, name=f"{lock.FIELD}-refresher")
         self.lock, self.on_lost, self.every = lock, on_lost, every
         self.stopped = threading.Event()
 

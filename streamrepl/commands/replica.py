@@ -230,9 +230,11 @@ def _say_to_stderr(command: str) -> Any:
 def promote_cmd(path: str, dryrun: bool) -> None:
     """Make a replica the writable primary after its source is lost: remove its upstreams (only on its own
     cluster) and wait until no gateway writes into it (needs adminperm)."""
-    from .. import dr
+    from .. import promote
 
-    output(dr.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote")))
+    with sigterm_interrupts():  # its journal says what was done: a rerun completes it
+        rows = promote.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote"))
+    output(rows)
 
 
 @replica.command("failback", context_settings=CONTEXT_SETTINGS)
@@ -265,7 +267,8 @@ def resync_cmd(path: str, replica: str, topic: str | None, dryrun: bool, master:
     from .. import resync
 
     say = _say_to_stderr("resync")
-    rows = resync.resync(
-        app().registry, require(path, "path"), replica, topic=topic, dryrun=dryrun, master=master, say=say
-    )
+    with sigterm_interrupts():  # it rolls back, or its journal says what is left for a rerun
+        rows = resync.resync(
+            app().registry, require(path, "path"), replica, topic=topic, dryrun=dryrun, master=master, say=say
+        )
     output(rows)

@@ -1,0 +1,74 @@
+"""The journals the DR commands keep in a stream's metadata record, and what other commands make of them.
+
+`replica promote` keeps its journal in Stream.promotion (dr.py writes it), `replica resync` in Stream.resync
+(resync.py writes it): the steps, those done, and what a rerun needs to complete (or roll back) a run that died.
+Readers elsewhere (`replica list`, failback) go through the functions here, which know the shapes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from .model import Stream
+
+#: The steps of promote, in order; the crash hook ($STREAMREPL_CRASH_AFTER_STEP=promote:<k>) counts them from 1.
+PROMOTE_STEPS = ("journal", "upstreams", "released", "point", "identity")
+#: The steps of resync, in order. Until "rebuild" the replica is as it was: a run that cannot go on rolls back.
+RESYNC_STEPS = ("journal", "pause", "released", "aside", "rebuild", "resume")
+
+
+def iso(ms: Any) -> str:
+    return datetime.fromtimestamp(int(ms or 0) / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+def promoting(rec: Stream | None) -> dict[str, Any] | None:
+    """The journal of a promote of the stream that has not finished (records written before journals existed hold
+    finished promotions only)."""
+    p = rec.promotion if rec is not None else None
+    return p if isinstance(p, dict) and p.get("state") == "running" else None
+
+
+def promoted(rec: Stream | None) -> dict[str, Any] | None:
+    """The stream's finished promotion."""
+    p = rec.promotion if rec is not None else None
+    return p if isinstance(p, dict) and p.get("state") != "running" else None
+
+
+def resyncing(rec: Stream | None) -> dict[str, Any] | None:
+    """The journal of a resync of the replica that has not finished or rolled back."""
+    j = rec.resync if rec is not None else None
+    return j if isinstance(j, dict) else None
+
+
+def promotion_note(src: str, replica: str, uuid: str, drec: Stream) -> str:
+    """What `replica list` says of the link from `src` to `replica` (registered with `uuid`) when the replica `drec`
+    was promoted, or is being promoted, from `src`; "" otherwise."""
+    for p, finished in ((promoted(drec), True), (promoting(drec), False)):
+        if p is None or src not in p.get("from", []) or (uuid and uuid != p.get("uuid")):
+            continue
+        if not finished:
+            return (
+                f"replica stream {replica} is being promoted to a writable primary (promote started"
+                f" {iso(p.get('started'))} and did not finish): run 'streamrepl stream replica promote -path {replica}'"
+                " to complete it"
+            )
+        return (
+            f"replica stream {replica} was promoted to a writable primary at {iso(p.get('at'))} and no longer takes"
+            f" records from {src}: to make {src} its replica, run 'streamrepl stream replica failback -path {replica}"
+            f" -replica {src}'; to drop this link, run 'streamrepl stream replica remove -path {src} -replica {replica}'"
+        )
+    return ""
+
+
+def resync_note(src: str, replica: str, drec: Stream) -> str:
+    """What `replica list` says of the link from `src` to the replica `drec` while a resync of it from `src` did not
+    finish; "" otherwise."""
+    j = resyncing(drec)
+    if j is None or j.get("source") != src:
+        return ""
+    return (
+        f"a resync of {replica} from {src} did not finish (started {iso(j.get('started'))}, done:"
+        f" {', '.join(j.get('done', []))}): run 'streamrepl stream replica resync -path {src} -replica {replica}'"
+        " again to complete it or roll it back"
+    )

@@ -1,0 +1,265 @@
+"""`stream replica promote` (Cluster Linking's failover): the replica becomes the writable primary after its source
+is lost.
+
+Only the replica's half of each inbound link is removed (its upstream entries): the source's cluster may be
+unreachable, and a link runs only while both halves agree, so that alone stops it. The command then waits until no
+live gateway of the replica's cluster still writes into it (the status topic's reports, as a delete waits) before
+calling it writable. The consumer groups' cursors are already on the replica (cursor replication); nothing is done to
+them. The replica's end of every partition at that moment, the promotion point, is kept in its metadata record:
+failback (dr.py) needs it to tell the old primary's diverged tail from the history both share. The promoted stream
+also takes over the UUID of the history it holds (the origin its records carry, policy.py): a copy's partition holds
+records of one origin, so records written to it after the promotion must carry the same one, or it could never be
+copied again. A replica of several upstreams is refused (which history it takes over is the operator's call).
+
+promote is journaled: its intent and steps (journal.PROMOTE_STEPS) are written into the replica's own record before
+the first change, each step is marked done, and a run that died (SIGKILL, a crash, the machine) is completed by the
+next one; one run at a time holds the stream (oplock.py).
+
+The promotion point kept in the promoted stream's record (model.Stream.promotion):
+`{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}, "uuid": previous uuid}`, and
+the journal beside it: "state" ("running", then "complete"; records without it are complete), "steps" and "done",
+"started" (ms), "upstreams" (the removed entries), "identity" (the uuid taken over).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import kafka, oplock, policy, replicas, settings, statustopic, streams
+from .dr import Ends, Say, Waiter, ends_by_topic, quiet
+from .errors import InvalidArgument, NotFound, StreamreplError
+from .journal import PROMOTE_STEPS
+from .journal import iso as _iso
+from .journal import promoting as _running
+from .model import Stream
+from .paths import kafka_topic_name
+from .registry import Cluster, Registry
+
+
+def _writers(r: streams.Resolved) -> dict[str, tuple[Cluster, list[str]]]:
+    """Who may write into stream `r`: the gateways of its own cluster, holding units `/cluster/stream:topic[p]`."""
+    return {r.cluster.name: (r.cluster, [f"{r.path}:"])}
+
+
+def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> list[str]:
+    """The origins of the records the stream's partitions end with (policy.origin_of)."""
+    found: set[str] = set()
+    c = kafka.consumer(r.cluster)
+    try:
+        for topic, per in ends.items():
+            for p, end in enumerate(per):
+                last = (
+                    kafka.last_record(c, kafka.TopicPartition(kafka_topic_name(r.path, topic), p), end) if end else None
+                )
+                if last is not None:
+                    found.add(policy.origin_of(last.headers(), rec.uuid))
+    finally:
+        c.close()
+    return sorted(found)
+
+
+def _check_promote(r: streams.Resolved, rec: Stream) -> None:
+    journal = _running(rec)
+    if journal is None and not rec.upstreams and not rec.promotion:
+        raise InvalidArgument(f"stream {r.path} is not a replica of any stream; there is nothing to promote")
+    streams.check_perm(rec, "adminperm", r.path, "promote it")
+    if journal is None and not rec.upstreams:
+        return  # promoted already: promote says so and does nothing
+    if journal is None and len(rec.upstreams) > 1:
+        # It takes over the history of one lost source (its identity, its promotion point); which one is the
+        # operator's call, and the upstreams of the sources still there must keep feeding it or be removed knowingly.
+        raise InvalidArgument(
+            f"stream {r.path} has several upstreams ({', '.join(e.path for e in rec.upstreams)}); promote takes over"
+            f" the history of one lost source: remove the upstreams of the other sources first ('streamrepl stream"
+            f" upstream remove -path {r.path} -upstream <path>'), then promote again; nothing was changed"
+        )
+    others = [e.path for e in rec.upstreams if journal is not None and e.path not in journal.get("from", [])]
+    if others:
+        raise InvalidArgument(
+            f"an interrupted promote of {r.path} from {', '.join(journal.get('from', []) if journal else [])} is"
+            f" pending, and {r.path} has upstreams it did not plan to remove ({', '.join(others)}): remove them"
+            f" ('streamrepl stream upstream remove -path {r.path} -upstream <path>'), then promote again to complete it"
+        )
+
+
+def _promoted_row(r: streams.Resolved, sources: list[str], writable: bool, dryrun: bool) -> list[dict[str, Any]]:
+    return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": writable, "dryrun": dryrun}]
+
+
+def promote(
+    reg: Registry,
+    path: str,
+    *,
+    dryrun: bool = False,
+    say: Say = quiet,
+    ends: Ends = kafka.topic_ends,
+    wait_released: Waiter = statustopic.wait_released,
+) -> list[dict[str, Any]]:
+    """Make the replica `path` the writable primary; see the module doc. Never contacts its sources' clusters."""
+    settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
+    r, rec = streams.load(reg, path)
+    _check_promote(r, rec)
+    if dryrun:
+        return _promote_plan(r, rec, say, dryrun=True)
+    # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
+    # already: the lock of a run that died after its last step goes with it).
+    with oplock.holding(r, "promote") as lock:
+        r, rec = streams.load(reg, path)
+        _check_promote(r, rec)
+        return _promote_plan(
+            r,
+            rec,
+            say,
+            dryrun=False,
+            steps=lambda sources: _promote(reg, r, rec, sources, lock, say, ends, wait_released),
+        )
+
+
+def _promote_plan(
+    r: streams.Resolved,
+    rec: Stream,
+    say: Say,
+    dryrun: bool,
+    steps: Callable[[list[str]], list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Say what promote does (or that it is done), and do it with `steps` unless a dry run."""
+    journal = _running(rec)
+    if journal is None and not rec.upstreams and rec.promotion:
+        sources = list(rec.promotion.get("from", []))
+        say(f"{r.path} was promoted from {', '.join(sources)} at {_iso(rec.promotion.get('at'))}: nothing left to do")
+        return _promoted_row(r, sources, True, dryrun)
+    sources = list(journal["from"]) if journal else [e.path for e in rec.upstreams]
+    done = list(journal.get("done", [])) if journal else []
+    if journal:
+        say(
+            f"an interrupted promote of {r.path} (started {_iso(journal.get('started'))}) did"
+            f" {', '.join(done)}; the other steps follow"
+        )
+    if "upstreams" not in done:
+        for src in sources:
+            say(f"remove upstream {src} from {r.path}: replication from it stops (its cluster is not contacted)")
+    if "released" not in done:
+        say(f"wait until no gateway of cluster {r.cluster.name} writes into {r.path}")
+    if "point" not in done:
+        say(f"record the end of every partition of {r.path} as its promotion point; cursors stay as replicated")
+    if dryrun or steps is None:
+        return _promoted_row(r, sources, False, True)
+    return steps(sources)
+
+
+def _stopped(r: streams.Resolved) -> str:
+    """What an interrupted promote says: the steps its journal shows done (read again: the step under way when the
+    signal came may have finished)."""
+    try:
+        rec = r.store.get(r.path.path)
+    except (StreamreplError, KeyboardInterrupt):
+        rec = None
+    p = rec.promotion if rec is not None else None
+    if isinstance(p, dict) and _running(rec) is None and "done" in p:
+        return f"promote of {r.path} finished before it stopped: {r.path} is writable"
+    done = ", ".join(p.get("done", [])) if isinstance(p, dict) else ""
+    return (
+        f"promote of {r.path} stopped part way (done: {done or 'nothing'}); its journal (in its metadata) keeps"
+        " the steps done: run promote again to complete it"
+    )
+
+
+def _promote(
+    reg: Registry,
+    r: streams.Resolved,
+    rec: Stream,
+    sources: list[str],
+    lock: oplock.OpLock,
+    say: Say,
+    ends: Ends,
+    wait_released: Waiter,
+) -> list[dict[str, Any]]:
+    """The steps of promote not done yet (PROMOTE_STEPS), each marked done in the journal once it is."""
+    journal = _running(rec)
+    resumed = journal is not None
+
+    def mark(step: str, **fields: Any) -> Stream:
+        def apply(current: Stream | None) -> Stream:
+            p = _running(current)
+            if current is None or p is None:
+                raise StreamreplError(f"the journal of the promote of {r.path} vanished meanwhile; run promote again")
+            if lock.lost:
+                raise oplock.OpLocked(f"promote of {r.path} stopped: {lock.lost}")
+            p.update(fields)
+            p["done"] = [*p.get("done", []), step]
+            return current
+
+        out = r.store.update(r.path.path, apply)
+        assert out is not None
+        oplock.step_done("promote", PROMOTE_STEPS.index(step) + 1)
+        return out
+
+    try:
+        if journal is None:
+
+            def begin(current: Stream | None) -> Stream:
+                if current is None:
+                    raise NotFound(f"stream {r.path} was deleted meanwhile")
+                current.promotion = {
+                    "state": "running",
+                    "from": sources,
+                    # the removed entries, for the record, and for the uuid of their history (see "point")
+                    "upstreams": [e.to_json() for e in current.upstreams if e.path in sources],
+                    "uuid": current.uuid,
+                    "started": int(time.time() * 1000),
+                    "steps": list(PROMOTE_STEPS),
+                    "done": ["journal"],
+                }
+                return current
+
+            rec = r.store.update(r.path.path, begin) or rec
+            oplock.step_done("promote", 1)
+        journal = _running(rec) or {}
+        done = set(journal.get("done", []))
+        if "upstreams" not in done:
+            for src in sources:
+                if rec.upstream(src) is not None:
+                    replicas.upstream_remove(reg, str(r.path), src)
+            rec = mark("upstreams")
+        if "released" not in done:
+            held = wait_released(_writers(r))
+            if held:
+                raise StreamreplError(
+                    f"gateways still write into {r.path} after {statustopic.RELEASE_TIMEOUT:.0f} s"
+                    f" ({', '.join(held)}); its upstreams are removed: stop those gateways ('streamrepl gateway list"
+                    f" -cluster {r.cluster.name}'), then run promote again to complete it"
+                )
+            rec = mark("released")
+        if "point" not in done:
+            point = ends_by_topic(r, rec, ends)
+            found = _origins(r, rec, point)
+            removed = [e.get("uuid", "") for e in journal.get("upstreams", [])]
+            identity = found[0] if len(found) == 1 else (removed[0] if removed else rec.uuid)
+            if len(found) > 1:
+                say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
+            rec = mark("point", ends=point, identity=identity)
+        identity = str((_running(rec) or {}).get("identity", rec.uuid))
+        say(f"{r.path} takes over the identity {identity} of the history it holds")
+
+        def finish(current: Stream | None) -> Stream:
+            p = _running(current)
+            if current is None or p is None:
+                raise StreamreplError(f"the journal of the promote of {r.path} vanished meanwhile; run promote again")
+            # Every copy of a partition holds records of one origin (policy.py): records written here from now on
+            # are the same history's, so they must carry its origin, or no copy of this stream could ever be made.
+            current.uuid = identity
+            p["at"] = int(time.time() * 1000)
+            p["state"] = "complete"
+            p["done"] = [*p.get("done", []), "identity"]
+            return current
+
+        r.store.update(r.path.path, finish)
+        oplock.step_done("promote", len(PROMOTE_STEPS))
+    except KeyboardInterrupt as e:
+        raise type(e)(_stopped(r)) from None
+    if resumed:
+        say(f"completed an interrupted promote of {r.path}")
+    say(f"{r.path} is writable")
+    return _promoted_row(r, sources, True, False)
