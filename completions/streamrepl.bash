@@ -32,7 +32,7 @@ _streamrepl_options() {
         'cluster gateway local') echo '-format --format -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster gateway resolve') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster gateway set') echo '-dstcluster --dstcluster -gateways --gateways -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'cluster list') echo '-timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'cluster list') echo '-timeout --timeout -probe --probe -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'consume') echo '-path --path -group --group -failover --failover -offset --offset -timestamp --timestamp -partition --partition -count --count -timeout --timeout -failoverafter --failoverafter -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'diffstreams') echo '-src --src -dst --dst -outdir --outdir -first_exit --first_exit -numthreads --numthreads -master --master -sparkconf --sparkconf -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -97,6 +97,7 @@ _streamrepl_value() {
         'cluster gateway set|-gateways'|'cluster gateway set|--gateways') echo 'value' ;;
         'cluster gateway set|-clusters'|'cluster gateway set|--clusters') echo 'file' ;;
         'cluster list|-timeout'|'cluster list|--timeout') echo 'value' ;;
+        'cluster list|-probe'|'cluster list|--probe') echo 'choice:true false yes no' ;;
         'cluster list|-clusters'|'cluster list|--clusters') echo 'file' ;;
         'consume|-path'|'consume|--path') echo 'value' ;;
         'consume|-group'|'consume|--group') echo 'value' ;;

@@ -137,6 +137,7 @@ def test_replica_states_are_their_stored_strings() -> None:
         "REPLICA_STATE_REPLICATING",
         "REPLICA_STATE_ERROR",
         "REPLICA_STATE_WAITING_FOR_UPSTREAM",
+        "REPLICA_STATE_WAITING_FOR_GATEWAY",
         "REPLICA_STATE_CREATE_SCHEDULE",
         "REPLICA_STATE_COPY_IN_PROGRESS",
     }

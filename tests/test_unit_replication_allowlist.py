@@ -187,10 +187,17 @@ def test_a_status_topic_that_ended_below_the_follower_is_read_again(monkeypatch:
     """A destination broker that lost its tail (noida-db SIGKILLed between saves) reports an end below where the
     follower stands: the records written there next, a list change among them, lie below its position. Waiting for the
     end to pass the position would skip them; the follower fetches again, and the consumer's reset reads them."""
+    from streamrepl.kafka import brokers
+    from streamrepl.kafka.probes import BrokerTraits
+
     monkeypatch.setattr(allowlist, "CHECK_SECONDS", 0.01)
+    # Only an exact end below the position means a lost tail (Tansu's end is short by design): the broker was
+    # found to report exact ends.
+    exact = Cluster("newyork", {"bootstrap.servers": "127.0.0.1:2"})
+    brokers.learn(exact, BrokerTraits(identity="noida-like", exact_watermark=True, probed_at=1))
     consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)]])
     consumer.at = 10
-    allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
+    allow = AllowList(exact, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
     allow.start()
     deadline = time.monotonic() + 5
     while consumer.calls[-1:] != ["end?"] and time.monotonic() < deadline:
