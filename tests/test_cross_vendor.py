@@ -30,8 +30,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
         doc = {
             "default": "sanfrancisco",
             "clusters": {
-                "sanfrancisco": {"bootstrap.servers": bootstrap["sanfrancisco"], "streamrepl.broker": "tansu"},
-                "newyork": {"bootstrap.servers": bootstrap["newyork"], "streamrepl.broker": "noida"},
+                # As a user writes it: what each broker does is probed, not named.
+                "sanfrancisco": {"bootstrap.servers": bootstrap["sanfrancisco"]},
+                "newyork": {"bootstrap.servers": bootstrap["newyork"]},
             },
         }
         path.write_text(yaml.safe_dump(doc))
