@@ -140,7 +140,7 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
         try:
             return f(*args, **kwargs)
         except StreamreplError as e:
-            report_error(command_name(ctx), e.code, e.message, a.mode)
+            report_error(command_name(ctx), e.code, e.message, a.mode, exit_code=e.exit_status)
         except KeyboardInterrupt as e:
             code = 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
             # A job that stopped part way says what it left behind (raised again with that text).

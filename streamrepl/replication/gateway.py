@@ -71,6 +71,8 @@ class Gateway:
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
         new_end_watch: Callable[[Cluster], EndWatch] | None = None,
         parent_id: str | None = None,
+        restarts: int = 0,
+        last_exit: str = "",
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
@@ -82,7 +84,9 @@ class Gateway:
         self.stopping = False
         #: the plan applied last (read by the cursor sync, the reports and the metrics)
         self.plan: Plan | None = None
-        self.stats = GatewayStats(self.id)
+        #: `restarts`, `last_exit`: how many processes of this gateway its supervisor started before this one, and how
+        #: the last of them ended (workers.exit_text)
+        self.stats = GatewayStats(self.id, restarts=restarts)
         self._new_producer = new_producer
         if new_source_consumer is source_consumer:
             # Real source consumers report a lost connection, so that their feeds are checked again (see
@@ -114,6 +118,8 @@ class Gateway:
             lambda: self.plan,
             lambda: self.mover.producer,
             parent_id=parent_id,
+            restarts=restarts,
+            last_exit=last_exit,
         )
         #: the gateway list (`cluster gateway set`): one taken off it drains and leaves
         self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer, parent_id=parent_id)

@@ -16,7 +16,20 @@ from .. import statustopic
 from ..registry import Cluster
 
 #: The columns of `cluster gateway list`, printed even when no gateway runs.
-COLUMNS = ("cluster", "gateway", "host", "pid", "slots", "partitions", "applied", "errors", "lastseen", "replicates")
+COLUMNS = (
+    "cluster",
+    "gateway",
+    "host",
+    "pid",
+    "slots",
+    "partitions",
+    "applied",
+    "errors",
+    "lastseen",
+    "restarts",
+    "lastexit",
+    "replicates",
+)
 
 
 def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
@@ -37,6 +50,9 @@ def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
             "errors": rep.get("errors", 0),
             # how fresh the row is: a gateway killed a moment ago is listed until LIVE_SECONDS pass
             "lastseen": round((now_ms - rep.get("updated", 0)) / 1000, 1),
+            # times its supervisor started it again after it died, and how it died last ("signal 11 (SIGSEGV)")
+            "restarts": rep.get("restarts", 0),
+            "lastexit": rep.get("lastexit", ""),
             "replicates": " ".join(units),
         }
         if rep.get("parent"):

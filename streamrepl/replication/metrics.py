@@ -20,6 +20,8 @@ Metrics (labels: `link` = `<source stream>-><replica stream>`):
 - streamrepl_gateway_divergences_total: partitions stopped because their source's history changed under
   the replica (the source lost records it had, or its topic was re-created; `replica list` says where)
 - streamrepl_gateway_rebalances_total: slot assignments and revocations seen
+- streamrepl_gateway_restarts_total: times the supervisor (`gateway start`) started this gateway again after its
+  process died; served by the restarted process, which is told the count, so that it only grows
 - streamrepl_gateway_write_restarts_total: times the gateway's writes expired or its producer was
   fenced, and every partition started again from its real end (a frozen destination, or this gateway
   frozen past its session)
@@ -106,6 +108,11 @@ class GatewayCollector:
             ),
             ("streamrepl_gateway_rebalances", "Slot assignments and revocations seen.", stats.rebalances),
             (
+                "streamrepl_gateway_restarts",
+                "Times the supervisor started this gateway again after its process died.",
+                stats.restarts,
+            ),
+            (
                 "streamrepl_gateway_write_restarts",
                 "Writes expired or fenced, every partition started again from its real end.",
                 stats.write_restarts,
@@ -159,6 +166,28 @@ def serve(stats: GatewayStats, addr: str, port: int) -> MetricsServer:
     try:
         return MetricsServer(stats, port, addr)
     except OSError as e:
-        raise InvalidArgument(
-            f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; pick another -metricsport or -metricsaddr"
-        ) from None
+        raise _cannot_serve(addr, port, e) from None
+
+
+def check_ports(addr: str, ports: list[int]) -> None:
+    """Each of `ports` can be listened on at `addr` now (as serve() will: SO_REUSEADDR), or the InvalidArgument serve()
+    would raise. The supervisor checks its workers' ports before it starts them: a worker that cannot serve its port
+    stops for good (exits.BAD_INPUT), and the others with it."""
+    import socket
+
+    for port in ports:
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(sockaddr)
+        except OSError as e:
+            raise _cannot_serve(addr, port, e) from None
+
+
+def _cannot_serve(addr: str, port: int, e: OSError) -> InvalidArgument:
+    return InvalidArgument(
+        f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; pick another -metricsport or -metricsaddr"
+    )
