@@ -37,6 +37,7 @@ from .partitions import Partitions, source_consumer
 from .plan import Planner
 from .quiet import EndWatch, QuietFeeds, end_watch
 from .reports import REPORT_SECONDS, StatusReports
+from .stalls import StallWatch
 from .stats import GatewayStats
 from .watcher import PlanWatcher
 
@@ -127,6 +128,8 @@ class Gateway:
         self.refused = ""
         self.cursor_sync: CursorSyncProcess | None = None
         self.metrics: MetricsServer | None = None
+        #: counts the cluster's partitions that no live gateway holds, for the metrics (only while they are served)
+        self.stalls: StallWatch | None = None
         #: leave the group on stop (LeaveGroup); run_foreground() exits the process instead (see shutdown())
         self.leave_group = True
         #: the group consumer kept open until the process exits, when leave_group is False (see shutdown())
@@ -201,8 +204,11 @@ class Gateway:
         self.partitions.follow(plan, present, wanted, self.mover.ready_to_acquire(), self.mover.producer)
 
     def serve_metrics(self, addr: str, port: int) -> int:
-        """Serve Prometheus metrics (see metrics.py); returns the port. A port in use is a clear error."""
-        self.metrics = serve(self.stats, addr, port)
+        """Serve Prometheus metrics (see metrics.py), with the count of the cluster's partitions that no live gateway
+        holds (stalls.py); returns the port. A port in use is a clear error."""
+        stalls = StallWatch(self.cluster, lambda: self.watcher.published)
+        self.metrics = serve(self.stats, addr, port, stalls)
+        self.stalls = stalls.start()
         return self.metrics.port
 
     # -- main loop ----------------------------------------------------------------------------
@@ -302,6 +308,9 @@ class Gateway:
             self.partitions.drop_all()
             self.left_open = self.group.abandon()
         self.partitions.close()
+        if self.stalls is not None:
+            self.stalls.stop()
+            self.stalls = None
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

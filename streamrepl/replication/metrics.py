@@ -25,6 +25,8 @@ Metrics (labels: `link` = `<source stream>-><replica stream>`):
 - streamrepl_gateway_write_restarts_total: times the gateway's writes expired or its producer was
   fenced, and every partition started again from its real end (a frozen destination, or this gateway
   frozen past its session)
+- streamrepl_cluster_stalled_partitions{cluster}: replica partitions of the gateway's destination cluster that no
+  live gateway holds (stalls.py), the same figure from each gateway of the cluster that serves metrics
 - streamrepl_link_synchronous{link}, streamrepl_link_throttled{link}: the link's mode (1 or 0)
 - streamrepl_gateway_cursor_commits_total, streamrepl_gateway_cursor_errors_total: committed
   consumer-group offsets carried to replicas, and failed rounds
@@ -38,6 +40,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InvalidArgument
+from .stalls import StallWatch
 from .stats import LATENCY_BUCKETS, GatewayStats
 
 log = logging.getLogger("streamrepl.metrics")
@@ -140,15 +143,41 @@ class GatewayCollector:
         yield throttled
 
 
+class StallCollector:
+    """The count of a StallWatch, once known."""
+
+    def __init__(self, gateway_id: str, stalls: StallWatch):
+        self.gateway_id = gateway_id
+        self.stalls = stalls
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        value = self.stalls.value
+        if value is not None:
+            g = GaugeMetricFamily(
+                "streamrepl_cluster_stalled_partitions",
+                "Replica partitions of the cluster that no live gateway holds (the same from each gateway of it).",
+                labels=["cluster", "gateway"],
+            )
+            g.add_metric([self.stalls.cluster.name, self.gateway_id], value)
+            yield g
+
+
 class MetricsServer:
     """The HTTP endpoint (GET /metrics) of one gateway, in a daemon thread."""
 
-    def __init__(self, stats: GatewayStats, port: int, addr: str = "0.0.0.0"):
+    def __init__(self, stats: GatewayStats, port: int, addr: str = "0.0.0.0", stalls: StallWatch | None = None):
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.process_collector import ProcessCollector
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(GatewayCollector(stats))
+        if stalls is not None:
+            self.registry.register(StallCollector(stats.gateway_id, stalls))
         ProcessCollector(registry=self.registry)
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = self.server.server_port
@@ -161,10 +190,10 @@ class MetricsServer:
             self.thread.join(5)
 
 
-def serve(stats: GatewayStats, addr: str, port: int) -> MetricsServer:
+def serve(stats: GatewayStats, addr: str, port: int, stalls: StallWatch | None = None) -> MetricsServer:
     """The endpoint on addr:port (0: any free port). A port in use is a clear error."""
     try:
-        return MetricsServer(stats, port, addr)
+        return MetricsServer(stats, port, addr, stalls)
     except OSError as e:
         raise _cannot_serve(addr, port, e) from None
 
