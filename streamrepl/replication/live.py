@@ -33,9 +33,11 @@ COLUMNS = (
 
 
 def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
+    reports = statustopic.read(cluster, "gateway|")
+    # After the read: a report written while the topic was read is not from the future (lastseen -0.1)
     now_ms = time.time() * 1000
     rows = []
-    for rep in statustopic.read(cluster, "gateway|").values():
+    for rep in reports.values():
         if not statustopic.is_live(rep, now_ms):
             continue
         units = rep.get("units", [])
