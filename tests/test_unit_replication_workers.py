@@ -201,7 +201,7 @@ def test_exit_statuses_are_distinct_and_say_which_errors_are_final() -> None:
 
 def test_last_words_go_through_the_pipe_and_nothing_said_is_none() -> None:
     read, write = os.pipe()
-    exits.tell_supervisor(write, PermissionDenied("gateway x is not on the gateway list"))
+    exits.tell_supervisor(write, errno.EPERM, "gateway x is not on the gateway list")
     os.close(write)
     assert exits.last_words(read) == (errno.EPERM, "gateway x is not on the gateway list")
     os.close(read)
@@ -310,3 +310,31 @@ def test_a_metrics_port_in_use_is_one_line_at_once_not_a_worker_restarted_foreve
     line = one_error_line(r)
     assert f"127.0.0.1:{port}" in line and "in use" in line and "-metricsport" in line, line
     assert r.code == BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("no.such.property: 3", 'No such configuration property: "no.such.property"'),
+        ("security.protocol: bogus", 'Invalid value "bogus" for configuration property "security.protocol"'),
+    ],
+)
+def test_a_bad_client_setting_in_the_registry_is_one_line_at_once_not_a_worker_restarted_forever(
+    setting: str, says: str, tmp_path: Path
+) -> None:
+    """The Kafka client refuses it when the worker makes its first client: a final exit (bad settings), which the
+    supervisor ends with."""
+    reg = tmp_path / "clusters.yaml"
+    reg.write_text(f"default: newyork\nclusters:\n  newyork:\n    bootstrap.servers: 127.0.0.1:1\n    {setting}\n")
+    r = run_proc(["gateway", "start", "-cluster", "newyork", "-clusters", reg], timeout=45)
+    line = one_error_line(r)
+    assert line.startswith("ERROR (5) - gateway start: ") and says in line, line
+    assert r.code == BAD_INPUT
+
+
+def test_a_kafka_client_refusing_its_settings_is_a_final_exit_and_other_kafka_errors_are_not() -> None:
+    from streamrepl.kafka import KafkaError, KafkaException
+
+    assert exits.status_of(KafkaException(KafkaError(KafkaError._INVALID_ARG, "bad value"))) == BAD_INPUT
+    assert exits.status_of(KafkaException(KafkaError(KafkaError._TRANSPORT))) == exits.FAILED
+    assert exits.status_of(RuntimeError("a bug")) == exits.FAILED

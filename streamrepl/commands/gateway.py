@@ -95,14 +95,20 @@ def start_cmd(
             lastexit,
             exitfd,
         )
-    except StreamreplError as e:
+    except Exception as e:
         status = exits.status_of(e)
         if status == exits.FAILED:
             raise  # one line, exit status 1 (a worker's supervisor starts it again)
+        if isinstance(e, StreamreplError):
+            code, message = e.code, e.message
+        else:  # a Kafka client that refused its settings
+            from ..kafka import describe_exception
+
+            code, message = describe_exception(e, app().registry_secrets_safe())
         if exitfd is not None:
-            exits.tell_supervisor(exitfd, e)  # the supervisor ends with it: one line for the command
+            exits.tell_supervisor(exitfd, code, message)  # the supervisor ends with it: one line for the command
             sys.exit(status)
-        raise exits.FinalExit(e.message, e.code, status) from None
+        raise exits.FinalExit(message, code, status) from None
 
 
 def _start(

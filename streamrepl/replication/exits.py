@@ -13,12 +13,14 @@ import json
 import os
 
 from ..errors import InvalidArgument, NotFound, PermissionDenied, RegistryError, StreamreplError
+from ..kafka import KafkaError, error_code
 from .membership import GatewayFenced
 
 CLEAN = 0
 #: any other failure: started again
 FAILED = 1
-#: bad input or settings (-metricsport in use, a bad STREAMREPL_* value, a cluster missing from the registry)
+#: bad input or settings (-metricsport in use, a bad STREAMREPL_* value, a cluster missing from the registry, a Kafka
+#: client setting of the registry that librdkafka refuses)
 BAD_INPUT = 78  # EX_CONFIG
 #: fenced out of the slot group by another gateway started with the same -id
 FENCED = 76  # EX_PROTOCOL
@@ -31,8 +33,10 @@ FINAL = {
 }
 
 
-def status_of(e: StreamreplError) -> int:
+def status_of(e: BaseException) -> int:
     """The exit status of `gateway start` that ends on `e`."""
+    if error_code(e) == KafkaError._INVALID_ARG:
+        return BAD_INPUT  # raised when a client is made with a setting librdkafka refuses: nothing a restart changes
     if isinstance(e, GatewayFenced):
         return FENCED
     if isinstance(e, PermissionDenied):
@@ -50,11 +54,11 @@ class FinalExit(StreamreplError):
         self.exit_status = exit_status
 
 
-def tell_supervisor(fd: int, e: StreamreplError) -> None:
+def tell_supervisor(fd: int, code: int, message: str) -> None:
     """A worker's last words before a final exit, on the pipe its supervisor gave it: the supervisor ends with them
     (one error line for the command, not the worker's and then the supervisor's)."""
     try:
-        os.write(fd, json.dumps({"code": e.code, "message": e.message}).encode())
+        os.write(fd, json.dumps({"code": code, "message": message}).encode())
     except OSError:
         pass  # the supervisor is gone; the exit status still says what happened
 

@@ -52,7 +52,7 @@ def run_foreground(
     gw.run()
     # Drained and stopped (and left, where the broker handles it): exit without destroying the group consumer again.
     if gw.refused and exit_fd is not None:
-        exits.tell_supervisor(exit_fd, PermissionDenied(gw.refused))
+        exits.tell_supervisor(exit_fd, PermissionDenied.code, gw.refused)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
