@@ -42,7 +42,6 @@ from . import exits
 log = logging.getLogger("streamrepl.gateway")
 
 MAX_WORKERS = 64  # the slot count (membership.SLOTS): a worker more would own no slot
-REFUSED = exits.REFUSED
 BACKOFF_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
 #: a worker that ran this long before it died starts again after the first back-off, not a longer one
