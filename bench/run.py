@@ -447,7 +447,7 @@ def gateway_throughput(
         profiler = None
         spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
         if os.environ.get("BENCH_PROFILE") and spy:
-            profiled = pids[-1] if workers else gws[0].pid  # a worker, not the supervisor
+            profiled = pids[-1]  # a worker, not the supervisor (`gateway start` supervises by default)
             # py-spy on the first gateway for the whole run: where a gateway's time goes (BENCHMARKS.md)
             profiler = subprocess.Popen(
                 [spy, "record", "-p", str(profiled), "-r", "100", "-f", "raw", "--nonblocking"]

@@ -37,7 +37,7 @@ _streamrepl_options() {
         'copystream') echo '-src --src -dst --dst -numthreads --numthreads -master --master -sparkconf --sparkconf -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'diffstreams') echo '-src --src -dst --dst -outdir --outdir -first_exit --first_exit -numthreads --numthreads -master --master -sparkconf --sparkconf -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'gateway') echo '-h --help -help' ;;
-        'gateway start') echo '-cluster --cluster -id --id -loglevel --loglevel -metricsport --metricsport -metricsaddr --metricsaddr -workers --workers -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'gateway start') echo '-cluster --cluster -id --id -loglevel --loglevel -metricsport --metricsport -metricsaddr --metricsaddr -workers --workers -supervise --supervise -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'local') echo '-h --help -help' ;;
         'local down') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
         'local status') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
@@ -131,6 +131,7 @@ _streamrepl_value() {
         'gateway start|-metricsport'|'gateway start|--metricsport') echo 'value' ;;
         'gateway start|-metricsaddr'|'gateway start|--metricsaddr') echo 'value' ;;
         'gateway start|-workers'|'gateway start|--workers') echo 'value' ;;
+        'gateway start|-supervise'|'gateway start|--supervise') echo 'choice:true false yes no' ;;
         'gateway start|-clusters'|'gateway start|--clusters') echo 'file' ;;
         'local down|-dir'|'local down|--dir') echo 'dir' ;;
         'local status|-dir'|'local status|--dir') echo 'dir' ;;

@@ -15,6 +15,8 @@ class StreamreplError(Exception):
 
     #: maprcli reports POSIX-style error codes in its envelope; we follow that habit.
     code: int = errno.EINVAL
+    #: the command's exit status when this error ends it (`gateway start` has statuses of its own: replication/exits.py)
+    exit_status: int = 1
 
     def __init__(self, message: str, code: int | None = None):
         super().__init__(message)

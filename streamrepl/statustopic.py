@@ -78,16 +78,20 @@ def no_gateway_error(cluster: Cluster, gateways: dict[str, dict[str, Any]]) -> s
     return f"no gateway is running for cluster {cluster.name} (gateway {last.get('gateway')} {how} at {when}); {start}"
 
 
+def live_ids(gateways: dict[str, dict[str, Any]], now_ms: float) -> set[str]:
+    """The ids of the gateways whose reports (`read(cluster, "gateway|")`) are live at `now_ms`."""
+    return {str(r.get("gateway")) for r in gateways.values() if is_live(r, now_ms)}
+
+
+def live_held(gateways: dict[str, dict[str, Any]], now_ms: float) -> set[str]:
+    """The units (`/cluster/stream:topic[p]`) that a live gateway says it holds."""
+    return {u for r in gateways.values() if is_live(r, now_ms) for u in r.get("units", [])}
+
+
 def held_units(cluster: Cluster, prefixes: list[str]) -> list[str]:
     """The units (`/cluster/stream:topic[p]`) starting with one of `prefixes` that a live gateway of `cluster` holds."""
-    now_ms = time.time() * 1000
-    return sorted(
-        u
-        for r in read(cluster, "gateway|").values()
-        if is_live(r, now_ms)
-        for u in r.get("units", [])
-        if any(u.startswith(p) for p in prefixes)
-    )
+    held = live_held(read(cluster, "gateway|"), time.time() * 1000)
+    return sorted(u for u in held if any(u.startswith(p) for p in prefixes))
 
 
 def wait_released(holders: dict[str, tuple[Cluster, list[str]]], timeout: float = RELEASE_TIMEOUT) -> list[str]:
@@ -119,8 +123,7 @@ def stalled_error(
     live, so that nobody applies them, held by whom and since when; "" when none. A broker that expires dead members
     hands them to another gateway within a session, whose report then replaces the dead one's; one whose coordinator
     keeps dead members (noida-db) never does. `gateways`: the cluster's gateway reports."""
-    now_ms = time.time() * 1000
-    live = {r.get("gateway") for r in gateways.values() if is_live(r, now_ms)}
+    live = live_ids(gateways, time.time() * 1000)
     held: dict[str, list[str]] = {}
     for key, rep in unit_reports.items():
         _, topic, partition = key.rsplit("|", 2)  # unit|<replica>|<upstream>|<topic>|<partition>
@@ -138,3 +141,20 @@ def stalled_error(
         f" that never expire a dead member); start that gateway again with"
         f" 'streamrepl gateway start -cluster {cluster.name} -id {gateway}'"
     )
+
+
+def unit_of(key: str) -> str:
+    """The unit (`/cluster/stream:topic[p]`) a unit report's key (unit_key) is about."""
+    head, topic, partition = key.rsplit("|", 2)  # unit|<replica>|<upstream>|<topic>|<partition>
+    return f"{head.split('|')[1]}:{topic}[{partition}]"
+
+
+def unheld_units(
+    gateways: dict[str, dict[str, Any]], unit_reports: dict[str, dict[str, Any]], wanted: set[str], now_ms: float
+) -> set[str]:
+    """The units of `wanted` that no live gateway holds, so that nothing is replicated into them: their gateway
+    stopped reporting (the test of stalled_error: not live) and nobody took them over, or their slot is assigned to
+    no gateway at all. Units stopped on an error are left out (their reports say so: `replica list`).
+    `gateways`, `unit_reports`: the reports read (`gateway|`, `unit|`)."""
+    errored = {unit_of(k) for k, r in unit_reports.items() if r.get("state") == "error"}
+    return wanted - live_held(gateways, now_ms) - errored

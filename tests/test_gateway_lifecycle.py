@@ -148,7 +148,7 @@ def test_all_three_die_and_one_new_gateway_takes_everything(rig: Rig) -> None:
 def test_a_frozen_gateway_whose_slots_moved_never_writes_again(rig: Rig) -> None:
     """SIGSTOP one of two gateways until the other has its slots, then SIGCONT: the frozen one must not write into
     the partitions the other now applies (the fence: its group membership was expired, or its seat adopted and the
-    broker fenced it; and its queued writes are thrown away after the freeze: replication/stallwatch.py)."""
+    broker fenced it; and its queued writes are thrown away after the freeze: replication/pauses.py)."""
     _start(rig, "lc-x", "lc-y")
     wait(lambda: sorted(rig.slots().values()) == [32, 32], "two gateways to share the slots")
     frozen = rig.gws.procs["lc-x"]
@@ -160,4 +160,4 @@ def test_a_frozen_gateway_whose_slots_moved_never_writes_again(rig: Rig) -> None
     time.sleep(8)  # what the thawed gateway would write, it writes now
     rig.finish()
     # The thawed gateway either stopped (fenced) or rejoined and shares the slots again; both are fine.
-    assert frozen.poll() in (None, 1, 3), frozen.poll()
+    assert frozen.poll() in (None, 1), "stopped to start again (its seat was taken), or rejoined; not final"

@@ -18,6 +18,7 @@ from support import Run, one_error_line, run_cli, run_proc
 from support.streams import Gateways, wait_until
 
 from streamrepl.local import EphemeralClusters
+from streamrepl.replication.exits import REFUSED
 
 pytestmark = pytest.mark.e2e
 
@@ -102,8 +103,9 @@ def test_a_gateway_not_on_the_list_refuses_to_start(ec: EphemeralClusters) -> No
             env={"STREAMREPL_CLUSTERS": str(ec.registry_path)},
             timeout=60,
         )
-        line = one_error_line(run)
+        line = one_error_line(run)  # the supervisor's, with its worker's message
         assert "intruder" in line and "not on the gateway list of cluster newyork" in line, line
+        assert run.code == REFUSED
         assert time.monotonic() - started < 30
         # It never reported itself, so it never took a slot.
         listed = cli(ec, "cluster", "gateway", "list", "-json").data()
@@ -122,7 +124,7 @@ def test_resolve_local_and_a_gateway_taken_off_the_list_stops(ec: EphemeralClust
     try:
         with Gateways(ec.registry_path, "newyork", tmp_path) as gws:
             gws.start("gwa")
-            gws.start("gwb")
+            gws.start("gwb", supervise=True)
             wait_until(lambda: {"gwa", "gwb"} <= set(live(ec)), 120, "both gateways to report themselves")
 
             resolved = cli(ec, "cluster", "gateway", "resolve", "-dstcluster", "newyork", "-json").data()
@@ -148,9 +150,14 @@ def test_resolve_local_and_a_gateway_taken_off_the_list_stops(ec: EphemeralClust
             assert [r["gateway"] for r in resolved] == ["gwa"], resolved
             proc = gws.procs["gwb"]
             wait_until(lambda: proc.poll() is not None, 30, "gwb to stop")
-            assert proc.returncode != 0
+            # A final exit: its supervisor does not start it again, and ends with the worker's message and status.
+            assert proc.returncode == REFUSED
             log = (tmp_path / "gwb.log").read_text()
-            assert "not on the gateway list of cluster newyork" in log, log
+            last = log.splitlines()[-1]
+            assert (
+                last.startswith("ERROR (1) - gateway start: ") and "not on the gateway list of cluster newyork" in last
+            )
+            assert "starting it again" not in log, log
             wait_until(lambda: "gwb" not in live(ec), 30, "gwb to report itself stopped")
             assert "gwa" in live(ec) and gws.procs["gwa"].poll() is None
             assert cli(ec, "cluster", "gateway", "local").stdout == "gwa\n"

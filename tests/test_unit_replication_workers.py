@@ -1,30 +1,51 @@
-"""`gateway start -workers N`: the supervisor (replication/workers.py) with fake processes and a fake clock, and how
-a worker is judged by the gateway list. No broker, no process."""
+"""`gateway start` (and `-workers N`): the supervisor (replication/workers.py) with fake processes and a fake clock,
+the exit statuses it judges workers by (replication/exits.py), and how a worker is judged by the gateway list. No
+broker, no gateway process."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
-from support.cli import one_error_line, run_cli
+from support.cli import one_error_line, run_cli, run_proc
 
+from streamrepl.errors import InvalidArgument, NotFound, PermissionDenied, StreamreplError
 from streamrepl.registry import Cluster
+from streamrepl.replication import exits
 from streamrepl.replication.allowlist import AllowList
-from streamrepl.replication.workers import BACKOFF_SECONDS, REFUSED, Supervisor, worker_metrics_port
+from streamrepl.replication.exits import BAD_INPUT, FENCED, REFUSED
+from streamrepl.replication.membership import GatewayFenced
+from streamrepl.replication.workers import (
+    BACKOFF_SECONDS,
+    Supervisor,
+    Worker,
+    exit_text,
+    worker_metrics_port,
+)
 
 CLUSTER = Cluster("ny", {"bootstrap.servers": "127.0.0.1:1"})
 
 
 class FakeProcess:
-    def __init__(self, k: int, wid: str):
-        self.k, self.id = k, wid
-        self.pid = 1000 + k
+    def __init__(self, w: Worker):
+        self.k, self.id = w.k, w.id
+        #: what it was told on its command line
+        self.restarts, self.last_exit = w.restarts, w.last_exit
+        self.pid = 1000 + w.k
         self.code: int | None = None
         self.signals: list[int] = []
         #: the exit status a signal makes it exit with (None: it ignores the signal)
         self.on_signal: int | None = 0
+        #: what it says before a final exit
+        self.words: tuple[int, str] | None = None
+
+    def last_words(self) -> tuple[int, str] | None:
+        return self.words
 
     def poll(self) -> int | None:
         return self.code
@@ -41,8 +62,8 @@ class Harness:
         self.spawned: list[FakeProcess] = []
         self.sup = Supervisor("gw", n, self.spawn, clock=lambda: self.now, sleep=self.sleep)
 
-    def spawn(self, k: int, wid: str) -> FakeProcess:
-        self.spawned.append(FakeProcess(k, wid))
+    def spawn(self, w: Worker) -> FakeProcess:
+        self.spawned.append(FakeProcess(w))
         return self.spawned[-1]
 
     def sleep(self, seconds: float) -> None:
@@ -77,29 +98,117 @@ def test_workers_get_ids_of_their_own_and_a_dead_one_starts_again_under_its_id_a
     assert len(h.spawned) == 4
 
 
-def test_a_refused_worker_is_not_started_again_and_when_all_refused_the_supervisor_exits_1() -> None:
+def test_a_refused_worker_is_not_started_again_and_the_supervisor_exits_with_its_status() -> None:
     refusing = Harness(2)
 
-    def spawn(k: int, wid: str) -> FakeProcess:
-        p = refusing.spawn(k, wid)
+    def spawn(w: Worker) -> FakeProcess:
+        p = refusing.spawn(w)
         p.code = REFUSED
         return p
 
     refusing.sup._spawn = spawn
-    assert refusing.sup.run() == 1
+    assert refusing.sup.run() == REFUSED
     assert [p.id for p in refusing.spawned] == ["gw.w1", "gw.w2"]  # nobody started again
 
 
-def test_a_refused_worker_leaves_the_others_running() -> None:
+def test_a_worker_stopped_on_its_own_leaves_the_others_running() -> None:
     h = Harness(2)
     for w in h.sup.workers:
         h.sup._start(w)
-    h.running()["gw.w2"].code = REFUSED
+    h.running()["gw.w2"].code = 0  # someone sent it SIGTERM, and it drained
     h.now += 100
     assert not h.sup.step()
     h.now += 100
     h.sup.step()
     assert list(h.running()) == ["gw.w1"] and len(h.spawned) == 2
+    assert h.spawned[0].signals == []
+
+
+def test_a_lone_worker_is_the_gateway_itself_and_is_told_its_restarts_and_last_exit() -> None:
+    h = Harness(1)
+    h.sup._start(h.sup.workers[0])
+    assert list(h.running()) == ["gw"]  # the gateway's -id, not gw.w1: member ids stay those of an unsupervised start
+    h.spawned[0].code = -signal.SIGSEGV
+    h.sup.step()
+    h.now += BACKOFF_SECONDS
+    h.sup.step()
+    assert [(p.id, p.restarts, p.last_exit) for p in h.spawned] == [("gw", 0, ""), ("gw", 1, "signal 11 (SIGSEGV)")]
+    h.spawned[1].code = 1
+    h.sup.step()
+    h.now += 2 * BACKOFF_SECONDS
+    h.sup.step()
+    assert [(p.restarts, p.last_exit) for p in h.spawned[1:]] == [(1, "signal 11 (SIGSEGV)"), (2, "exit 1")]
+
+
+@pytest.mark.parametrize("status", [BAD_INPUT, FENCED, REFUSED])
+def test_a_final_exit_is_not_restarted_and_ends_the_supervisor_with_its_status_and_message(status: int) -> None:
+    h = Harness(1)
+
+    def spawn(w: Worker) -> FakeProcess:
+        p = h.spawn(w)
+        p.code, p.words = status, (errno.EINVAL, f"gateway {w.id}: what is wrong; how to fix it")
+        return p
+
+    h.sup._spawn = spawn
+    assert h.sup.run() == status
+    assert len(h.spawned) == 1
+    assert h.sup.final is not None and h.sup.final.message == "gateway gw: what is wrong; how to fix it"
+    assert h.sup.final.exit_status == status and h.sup.final.code == errno.EINVAL
+
+
+def test_a_final_exit_without_last_words_still_says_what_it_means() -> None:
+    h = Harness(1)
+    h.sup._start(h.sup.workers[0])
+    h.spawned[0].code = FENCED
+    assert h.sup.step()
+    assert h.sup.final is not None and "fenced" in h.sup.final.message and "gw" in h.sup.final.message
+
+
+def test_a_final_exit_of_one_worker_stops_the_others_and_they_are_not_restarted() -> None:
+    h = Harness(3)
+    for w in h.sup.workers:
+        h.sup._start(w)
+    h.spawned[1].code = FENCED
+    h.spawned[2].on_signal = None  # still draining
+    assert not h.sup.step()
+    assert not h.sup.step()
+    assert [p.signals for p in h.spawned] == [[signal.SIGTERM], [], [signal.SIGTERM]]
+    h.spawned[2].code = -signal.SIGKILL  # dies while draining: not started again either
+    h.now += 100
+    assert h.sup.step()
+    assert len(h.spawned) == 3 and h.sup.final is not None and h.sup.final.exit_status == FENCED
+
+
+def test_exit_texts_for_the_gateway_list() -> None:
+    assert [exit_text(c) for c in (-signal.SIGKILL, -signal.SIGSEGV, 1, 3, -99)] == [
+        "signal 9 (SIGKILL)",
+        "signal 11 (SIGSEGV)",
+        "exit 1",
+        "exit 3",
+        "signal 99",
+    ]
+
+
+def test_exit_statuses_are_distinct_and_say_which_errors_are_final() -> None:
+    statuses = [exits.CLEAN, exits.FAILED, BAD_INPUT, FENCED, REFUSED]
+    assert len(set(statuses)) == len(statuses) and all(0 <= s < 128 for s in statuses)
+    assert exits.status_of(InvalidArgument("bad -metricsport")) == BAD_INPUT
+    assert exits.status_of(NotFound("unknown cluster")) == BAD_INPUT
+    assert exits.status_of(GatewayFenced("fenced")) == FENCED
+    assert exits.status_of(PermissionDenied("not on the list")) == REFUSED
+    assert exits.status_of(StreamreplError("anything else")) == exits.FAILED
+
+
+def test_last_words_go_through_the_pipe_and_nothing_said_is_none() -> None:
+    read, write = os.pipe()
+    exits.tell_supervisor(write, errno.EPERM, "gateway x is not on the gateway list")
+    os.close(write)
+    assert exits.last_words(read) == (errno.EPERM, "gateway x is not on the gateway list")
+    os.close(read)
+    read, write = os.pipe()
+    assert exits.last_words(read) is None  # the worker still holds its end, and wrote nothing
+    os.close(write)
+    os.close(read)
 
 
 def test_sigterm_is_forwarded_to_every_worker_and_a_clean_drain_exits_0() -> None:
@@ -181,3 +290,51 @@ def test_bad_workers_are_one_line_errors_before_anything_starts(
     assert r.code != 0 and "gateway start" in line and says in line, line
     envelope = run_cli("-clusters", reg, "gateway", "start", "-cluster", "newyork", *args, "-json")
     assert envelope.code != 0 and json.loads(envelope.stdout)["status"] == "ERROR", envelope
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_metrics_port_in_use_is_one_line_at_once_not_a_worker_restarted_forever(workers: str, tmp_path: Path) -> None:
+    reg = tmp_path / "clusters.yaml"
+    reg.write_text("default: newyork\nclusters:\n  newyork:\n    bootstrap.servers: 127.0.0.1:1\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # -workers 2 from the port before: worker 2's port is the one in use
+        first = port - int(workers) + 1
+        r = run_proc(
+            ["gateway", "start", "-cluster", "newyork", "-metricsaddr", "127.0.0.1", "-metricsport", first]
+            + ["-workers", workers, "-clusters", reg],
+            timeout=45,
+        )
+    line = one_error_line(r)
+    assert f"127.0.0.1:{port}" in line and "in use" in line and "-metricsport" in line, line
+    assert r.code == BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("no.such.property: 3", 'No such configuration property: "no.such.property"'),
+        ("security.protocol: bogus", 'Invalid value "bogus" for configuration property "security.protocol"'),
+    ],
+)
+def test_a_bad_client_setting_in_the_registry_is_one_line_at_once_not_a_worker_restarted_forever(
+    setting: str, says: str, tmp_path: Path
+) -> None:
+    """The Kafka client refuses it when the worker makes its first client: a final exit (bad settings), which the
+    supervisor ends with."""
+    reg = tmp_path / "clusters.yaml"
+    reg.write_text(f"default: newyork\nclusters:\n  newyork:\n    bootstrap.servers: 127.0.0.1:1\n    {setting}\n")
+    r = run_proc(["gateway", "start", "-cluster", "newyork", "-clusters", reg], timeout=45)
+    line = one_error_line(r)
+    assert line.startswith("ERROR (5) - gateway start: ") and says in line, line
+    assert r.code == BAD_INPUT
+
+
+def test_a_kafka_client_refusing_its_settings_is_a_final_exit_and_other_kafka_errors_are_not() -> None:
+    from streamrepl.kafka import KafkaError, KafkaException
+
+    assert exits.status_of(KafkaException(KafkaError(KafkaError._INVALID_ARG, "bad value"))) == BAD_INPUT
+    assert exits.status_of(KafkaException(KafkaError(KafkaError._TRANSPORT))) == exits.FAILED
+    assert exits.status_of(RuntimeError("a bug")) == exits.FAILED

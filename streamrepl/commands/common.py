@@ -145,7 +145,7 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
                 from ..kafka import scrub  # here: `--help` must not load the Kafka client
 
                 message = scrub(message, secrets)
-            report_error(command_name(ctx), e.code, message, a.mode)
+            report_error(command_name(ctx), e.code, message, a.mode, exit_code=e.exit_status)
         except KeyboardInterrupt as e:
             code = 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
             # A job that stopped part way says what it left behind (raised again with that text).

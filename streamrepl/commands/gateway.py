@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import app, handles_errors, opt, output, require
+from .common import BOOL, app, handles_errors, opt, output, require
 
 #: A gateway's id goes into its Kafka client ids, its log lines and its metrics' labels.
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9._-]+")
@@ -44,8 +44,19 @@ def gateway() -> None:
     show_default=True,
     help="Gateway processes to run (1-64), to use more cores: each joins as gateway <id>.w<k>; a dead one restarts.",
 )
-# The id of the `-workers` supervisor that started this gateway: the gateway list allows a worker by it.
+@opt(
+    "supervise",
+    type=BOOL,
+    default=True,
+    help="Run the gateway in a worker process that is started again when it dies (default true); false runs it in"
+    " this process, for a service manager that restarts it itself (systemd's Restart=always).",
+)
+# Given by the supervisor to its workers: the id of a `-workers N` supervisor (the gateway list allows a worker by
+# it), how many processes of this worker died before, how the last one ended, and the pipe for its last words.
 @opt("parent", metavar="NAME", hidden=True)
+@opt("restarts", type=int, default=0, hidden=True)
+@opt("lastexit", default="", hidden=True)
+@opt("exitfd", type=int, hidden=True)
 @handles_errors
 def start_cmd(
     cluster: str,
@@ -54,10 +65,65 @@ def start_cmd(
     metricsport: int | None,
     metricsaddr: str,
     workers: int,
+    supervise: bool,
     parent: str | None,
+    restarts: int,
+    lastexit: str,
+    exitfd: int | None,
     **_: object,
 ) -> None:
-    """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster."""
+    """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster.
+
+    The gateway runs in a worker process, which is started again after a back-off when it dies (killed by a
+    signal or failing). Exits that a restart cannot mend end the command with their own status: 78 bad input or
+    settings, 76 fenced by another gateway started with the same -id, 77 not on the cluster's gateway list.
+    """
+    from ..errors import StreamreplError
+    from ..replication import exits
+
+    try:
+        _start(
+            cluster,
+            gateway_id,
+            loglevel,
+            metricsport,
+            metricsaddr,
+            workers,
+            supervise,
+            parent,
+            restarts,
+            lastexit,
+            exitfd,
+        )
+    except Exception as e:
+        status = exits.status_of(e)
+        if status == exits.FAILED:
+            raise  # one line, exit status 1 (a worker's supervisor starts it again)
+        if isinstance(e, StreamreplError):
+            code, message = e.code, e.message
+        else:  # a Kafka client that refused its settings
+            from ..kafka import describe_exception
+
+            code, message = describe_exception(e, app().registry_secrets_safe())
+        if exitfd is not None:
+            exits.tell_supervisor(exitfd, code, message)  # the supervisor ends with it: one line for the command
+            sys.exit(status)
+        raise exits.FinalExit(message, code, status) from None
+
+
+def _start(
+    cluster: str,
+    gateway_id: str | None,
+    loglevel: str,
+    metricsport: int | None,
+    metricsaddr: str,
+    workers: int,
+    supervise: bool,
+    parent: str | None,
+    restarts: int,
+    lastexit: str,
+    exitfd: int | None,
+) -> None:
     from ..errors import InvalidArgument
     from ..replication.process import run_foreground
     from ..replication.workers import MAX_WORKERS
@@ -73,6 +139,8 @@ def start_cmd(
         raise InvalidArgument(f"-metricsport {metricsport} is not a port; use 1-65535, or 0 for any free port")
     if not 1 <= workers <= MAX_WORKERS:
         raise InvalidArgument(f"-workers {workers} is out of range; use 1 to {MAX_WORKERS} (the slot count)")
+    if workers > 1 and not supervise:
+        raise InvalidArgument(f"-workers {workers} needs the supervisor; drop -supervise false, or use -workers 1")
     if metricsport and metricsport + workers - 1 > 65535:
         raise InvalidArgument(
             f"-metricsport {metricsport} with -workers {workers} needs ports up to {metricsport + workers - 1};"
@@ -80,42 +148,64 @@ def start_cmd(
         )
     if parent is not None and not _GATEWAY_ID.fullmatch(parent):
         raise InvalidArgument(f"-parent {parent!r} is not a gateway name: use letters, digits, '.', '_' and '-'")
+    if restarts < 0:
+        raise InvalidArgument(f"-restarts {restarts} is not a count; use 0 or more")
     reg = app().registry
     reg.get(require(cluster, "cluster"))
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if workers > 1:
+    if supervise and exitfd is None:
         sys.exit(_supervise(cluster, gateway_id, loglevel, metricsport, metricsaddr, workers))
     metrics = (metricsaddr, metricsport) if metricsport is not None else None
-    run_foreground(reg, cluster, gateway_id, metrics=metrics, parent_id=parent)
+    run_foreground(
+        reg,
+        cluster,
+        gateway_id,
+        metrics=metrics,
+        parent_id=parent,
+        restarts=restarts,
+        last_exit=lastexit,
+        exit_fd=exitfd,
+    )
 
 
 def _supervise(
     cluster: str, gateway_id: str | None, loglevel: str, metricsport: int | None, metricsaddr: str, workers: int
 ) -> int:
-    """`gateway start -workers N` (N > 1): the workers' supervisor (replication/workers.py); its exit status."""
+    """`gateway start` (unless -supervise false): the workers' supervisor (replication/workers.py); its exit status.
+    A worker's final exit (exits.FINAL) is raised, with the worker's message."""
     import os
     import socket
 
     from .. import settings
-    from ..replication.workers import Supervisor, spawn_gateway, worker_metrics_port
+    from ..replication.metrics import check_ports
+    from ..replication.workers import Supervisor, Worker, spawn_gateway, worker_metrics_port
 
-    settings.check()  # a bad setting is one error here, not N workers' each
-    parent = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
+    settings.check()  # a bad setting is one error here, not each worker's
+    ports = [p for k in range(1, workers + 1) if (p := worker_metrics_port(metricsport, k))]
+    check_ports(metricsaddr, ports)  # a port in use is one error here, not a worker that stops for good
+    gateway = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
     registry_file = app().clusters_file
 
-    def argv(k: int, wid: str) -> list[str]:
-        args = [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", cluster, "-id", wid]
-        args += ["-parent", parent, "-loglevel", loglevel, "-metricsaddr", metricsaddr]
-        port = worker_metrics_port(metricsport, k)
+    def argv(w: Worker, exit_fd: int) -> list[str]:
+        args = [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", cluster, "-id", w.id]
+        if workers > 1:
+            args += ["-parent", gateway]
+        args += ["-loglevel", loglevel, "-metricsaddr", metricsaddr, "-exitfd", str(exit_fd)]
+        if w.restarts:
+            args += ["-restarts", str(w.restarts), "-lastexit", w.last_exit]
+        port = worker_metrics_port(metricsport, w.k)
         if port is not None:
             args += ["-metricsport", str(port)]
         if registry_file:
             args += ["-clusters", str(registry_file)]
         return args
 
-    supervisor = Supervisor(parent, workers, spawn_gateway(argv))
+    supervisor = Supervisor(gateway, workers, spawn_gateway(argv))
     supervisor.install_signal_handlers()
-    return supervisor.run()
+    status = supervisor.run()
+    if supervisor.final is not None:
+        raise supervisor.final
+    return status
 
 
 @click.group("gateway", context_settings=CONTEXT_SETTINGS)

@@ -34,10 +34,11 @@ from .membership import SlotGroup, ensure_internal_topics, slot_of
 from .metrics import MetricsServer, serve
 from .mover import Mover
 from .partitions import Partitions, source_consumer
+from .pauses import PauseWatch
 from .plan import Planner
 from .quiet import EndWatch, QuietFeeds, end_watch
 from .reports import REPORT_SECONDS, StatusReports
-from .stallwatch import StallWatch
+from .stalls import StallWatch
 from .stats import GatewayStats
 from .watcher import PlanWatcher
 
@@ -75,6 +76,8 @@ class Gateway:
         new_source_consumer: Callable[[Cluster], Consumer] = source_consumer,
         new_end_watch: Callable[[Cluster], EndWatch] | None = None,
         parent_id: str | None = None,
+        restarts: int = 0,
+        last_exit: str = "",
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
@@ -86,7 +89,9 @@ class Gateway:
         self.stopping = False
         #: the plan applied last (read by the cursor sync, the reports and the metrics)
         self.plan: Plan | None = None
-        self.stats = GatewayStats(self.id)
+        #: `restarts`, `last_exit`: how many processes of this gateway its supervisor started before this one, and how
+        #: the last of them ended (workers.exit_text)
+        self.stats = GatewayStats(self.id, restarts=restarts)
         self._new_producer = new_producer
         if new_source_consumer is source_consumer:
             # Real source consumers report a lost connection, so that their feeds are checked again (see
@@ -119,15 +124,19 @@ class Gateway:
             lambda: self.mover.producer,
             parent_id=parent_id,
             seats=lambda: self.group.seats,
+            restarts=restarts,
+            last_exit=last_exit,
         )
         #: the gateway list (`cluster gateway set`): one taken off it drains and leaves
         self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer, parent_id=parent_id)
         #: why the gateway stopped serving, when the gateway list stopped it ("" otherwise)
         self.refused = ""
         self.cursor_sync: CursorSyncProcess | None = None
-        #: a freeze longer than a third of the session throws the writes away (stallwatch.py)
-        self.stall_watch = StallWatch(self.tuning.session_ms / 3000)
+        #: a freeze longer than a third of the session throws the writes away (pauses.py)
+        self.pause_watch = PauseWatch(self.tuning.session_ms / 3000)
         self.metrics: MetricsServer | None = None
+        #: counts the cluster's partitions that no live gateway holds, for the metrics (only while they are served)
+        self.stalls: StallWatch | None = None
         #: leave the group on stop (LeaveGroup); None: as the broker allows (kafka.leaves_group_safely, decided at the
         #: stop); False: run_foreground() exits the process instead (see shutdown())
         self.leave_group: bool | None = True
@@ -206,8 +215,11 @@ class Gateway:
         self.partitions.follow(plan, present, wanted, self.mover.ready_to_acquire(), self.mover.producer)
 
     def serve_metrics(self, addr: str, port: int) -> int:
-        """Serve Prometheus metrics (see metrics.py); returns the port. A port in use is a clear error."""
-        self.metrics = serve(self.stats, addr, port)
+        """Serve Prometheus metrics (see metrics.py), with the count of the cluster's partitions that no live gateway
+        holds (stalls.py); returns the port. A port in use is a clear error."""
+        stalls = StallWatch(self.cluster, lambda: self.watcher.published)
+        self.metrics = serve(self.stats, addr, port, stalls)
+        self.stalls = stalls.start()
         return self.metrics.port
 
     # -- main loop ----------------------------------------------------------------------------
@@ -282,7 +294,7 @@ class Gateway:
         self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
         self._replan = True
         self.watcher.start()
-        self.stall_watch.start()
+        self.pause_watch.start()
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
         next_seat_check = time.monotonic() + SEAT_CHECK_SECONDS
@@ -297,7 +309,7 @@ class Gateway:
                 if self.allow_list.refusal:
                     self.refused = self.allow_list.refusal
                     break
-                frozen = self.stall_watch.take()
+                frozen = self.pause_watch.take()
                 if frozen and self.partitions.units:
                     self.mover.restart_writes(
                         f"this gateway stood still for {frozen:.1f} s (frozen, or starved of CPU), long enough for its"
@@ -333,7 +345,7 @@ class Gateway:
             self.shutdown()
 
     def shutdown(self) -> None:
-        self.stall_watch.stop()
+        self.pause_watch.stop()
         self.watcher.stop()
         self.allow_list.stop()
         if self.cursor_sync is not None:
@@ -355,6 +367,9 @@ class Gateway:
             self.partitions.drop_all()
             self.left_open = self.group.abandon()
         self.partitions.close()
+        if self.stalls is not None:
+            self.stalls.stop()
+            self.stalls = None
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

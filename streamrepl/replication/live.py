@@ -16,13 +16,28 @@ from .. import statustopic
 from ..registry import Cluster
 
 #: The columns of `cluster gateway list`, printed even when no gateway runs.
-COLUMNS = ("cluster", "gateway", "host", "pid", "slots", "partitions", "applied", "errors", "lastseen", "replicates")
+COLUMNS = (
+    "cluster",
+    "gateway",
+    "host",
+    "pid",
+    "slots",
+    "partitions",
+    "applied",
+    "errors",
+    "lastseen",
+    "restarts",
+    "lastexit",
+    "replicates",
+)
 
 
 def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
+    reports = statustopic.read(cluster, "gateway|")
+    # After the read: a report written while the topic was read is not from the future (lastseen -0.1)
     now_ms = time.time() * 1000
     rows = []
-    for rep in statustopic.read(cluster, "gateway|").values():
+    for rep in reports.values():
         if not statustopic.is_live(rep, now_ms):
             continue
         units = rep.get("units", [])
@@ -37,6 +52,9 @@ def live_gateways(cluster: Cluster) -> list[dict[str, Any]]:
             "errors": rep.get("errors", 0),
             # how fresh the row is: a gateway killed a moment ago is listed until LIVE_SECONDS pass
             "lastseen": round((now_ms - rep.get("updated", 0)) / 1000, 1),
+            # times its supervisor started it again after it died, and how it died last ("signal 11 (SIGSEGV)")
+            "restarts": rep.get("restarts", 0),
+            "lastexit": rep.get("lastexit", ""),
             "replicates": " ".join(units),
         }
         if rep.get("seats"):

@@ -58,6 +58,10 @@ class GatewayFenced(StreamreplError):
     """Another gateway joined the slot group under this gateway's id."""
 
 
+class SeatTaken(StreamreplError):
+    """A live gateway took this gateway's seat in the slot group while it stood still (SlotGroup.adopt_dead)."""
+
+
 class Seat:
     """One membership of the slot group held by this gateway: its own, or a dead gateway's that it adopted (the
     consumer joined under that gateway's group.instance.id). Its slots are what the group assigned to it."""
@@ -169,14 +173,20 @@ class SlotGroup:
             err = self._poll(self.consumer)
             if err is not None:
                 self.consumer = None  # fenced: there is no membership left to leave
-                # A static member is fenced when another process joins under the same id: two gateways would write
-                # the same partitions, so this one stops, loudly. (librdkafka hands the fence over as a _FATAL event,
-                # whose fatal() is False: it went unnoticed, and the fenced gateway wrote on.)
+                # A static member is fenced when another process joins under the same id. (librdkafka hands the fence
+                # over as a _FATAL event, whose fatal() is False: it went unnoticed, and the fenced gateway wrote on.)
+                adopter = self._adopter_of_own_seat()
+                if adopter:
+                    # It stood still (frozen, cut off) and a live gateway took its seat: it stops writing and is
+                    # started again (its supervisor), and its return under its id takes the seat back.
+                    raise SeatTaken(
+                        f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): it stopped answering"
+                        f" and gateway {adopter} took its seat; it stops, and starts again under its id"
+                    )
+                # Two gateways would write the same partitions: this one stops for good, loudly.
                 raise GatewayFenced(
-                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another process joined"
-                    f" under its id: a gateway started with -id {self.gateway_id} (give each gateway its own -id), or"
-                    " one that took its place while this one did not answer (frozen or cut off for longer than"
-                    " the status reports allow)"
+                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
+                    f" with -id {self.gateway_id}; give each gateway its own -id"
                 )
         for instance, seat in list(self.adopted.items()):
             if self._poll(seat.consumer) is not None:
@@ -184,6 +194,22 @@ class SlotGroup:
                 log.info("gateway %s: gateway %s is back and took its seat again", self.gateway_id, instance)
                 self._let_go(seat)
                 del self.adopted[instance]
+
+    def _adopter_of_own_seat(self) -> str:
+        """The live gateway whose report says it holds this gateway's seat ("" if none, or the reports are unread)."""
+        try:
+            reports = statustopic.read(self.cluster, "gateway|")
+        except (StreamreplError, kafka.KafkaException):
+            return ""
+        now_ms = time.time() * 1000
+        return next(
+            (
+                str(r.get("gateway"))
+                for r in reports.values()
+                if statustopic.is_live(r, now_ms) and self.gateway_id in r.get("seats", [])
+            ),
+            "",
+        )
 
     @staticmethod
     def _poll(consumer: Consumer) -> kafka.KafkaError | None:

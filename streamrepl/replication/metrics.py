@@ -20,9 +20,13 @@ Metrics (labels: `link` = `<source stream>-><replica stream>`):
 - streamrepl_gateway_divergences_total: partitions stopped because their source's history changed under
   the replica (the source lost records it had, or its topic was re-created; `replica list` says where)
 - streamrepl_gateway_rebalances_total: slot assignments and revocations seen
+- streamrepl_gateway_restarts_total: times the supervisor (`gateway start`) started this gateway again after its
+  process died; served by the restarted process, which is told the count, so that it only grows
 - streamrepl_gateway_write_restarts_total: times the gateway's writes expired or its producer was
   fenced, and every partition started again from its real end (a frozen destination, or this gateway
   frozen past its session)
+- streamrepl_cluster_stalled_partitions{cluster}: replica partitions of the gateway's destination cluster that no
+  live gateway holds (stalls.py), the same figure from each gateway of the cluster that serves metrics
 - streamrepl_link_synchronous{link}, streamrepl_link_throttled{link}: the link's mode (1 or 0)
 - streamrepl_gateway_cursor_commits_total, streamrepl_gateway_cursor_errors_total: committed
   consumer-group offsets carried to replicas, and failed rounds
@@ -36,6 +40,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InvalidArgument
+from .stalls import StallWatch
 from .stats import LATENCY_BUCKETS, GatewayStats
 
 log = logging.getLogger("streamrepl.metrics")
@@ -106,6 +111,11 @@ class GatewayCollector:
             ),
             ("streamrepl_gateway_rebalances", "Slot assignments and revocations seen.", stats.rebalances),
             (
+                "streamrepl_gateway_restarts",
+                "Times the supervisor started this gateway again after its process died.",
+                stats.restarts,
+            ),
+            (
                 "streamrepl_gateway_write_restarts",
                 "Writes expired or fenced, every partition started again from its real end.",
                 stats.write_restarts,
@@ -133,15 +143,41 @@ class GatewayCollector:
         yield throttled
 
 
+class StallCollector:
+    """The count of a StallWatch, once known."""
+
+    def __init__(self, gateway_id: str, stalls: StallWatch):
+        self.gateway_id = gateway_id
+        self.stalls = stalls
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        value = self.stalls.value
+        if value is not None:
+            g = GaugeMetricFamily(
+                "streamrepl_cluster_stalled_partitions",
+                "Replica partitions of the cluster that no live gateway holds (the same from each gateway of it).",
+                labels=["cluster", "gateway"],
+            )
+            g.add_metric([self.stalls.cluster.name, self.gateway_id], value)
+            yield g
+
+
 class MetricsServer:
     """The HTTP endpoint (GET /metrics) of one gateway, in a daemon thread."""
 
-    def __init__(self, stats: GatewayStats, port: int, addr: str = "0.0.0.0"):
+    def __init__(self, stats: GatewayStats, port: int, addr: str = "0.0.0.0", stalls: StallWatch | None = None):
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.process_collector import ProcessCollector
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(GatewayCollector(stats))
+        if stalls is not None:
+            self.registry.register(StallCollector(stats.gateway_id, stalls))
         ProcessCollector(registry=self.registry)
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = self.server.server_port
@@ -154,11 +190,33 @@ class MetricsServer:
             self.thread.join(5)
 
 
-def serve(stats: GatewayStats, addr: str, port: int) -> MetricsServer:
+def serve(stats: GatewayStats, addr: str, port: int, stalls: StallWatch | None = None) -> MetricsServer:
     """The endpoint on addr:port (0: any free port). A port in use is a clear error."""
     try:
-        return MetricsServer(stats, port, addr)
+        return MetricsServer(stats, port, addr, stalls)
     except OSError as e:
-        raise InvalidArgument(
-            f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; pick another -metricsport or -metricsaddr"
-        ) from None
+        raise _cannot_serve(addr, port, e) from None
+
+
+def check_ports(addr: str, ports: list[int]) -> None:
+    """Each of `ports` can be listened on at `addr` now (as serve() will: SO_REUSEADDR), or the InvalidArgument serve()
+    would raise. The supervisor checks its workers' ports before it starts them: a worker that cannot serve its port
+    stops for good (exits.BAD_INPUT), and the others with it."""
+    import socket
+
+    for port in ports:
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(sockaddr)
+        except OSError as e:
+            raise _cannot_serve(addr, port, e) from None
+
+
+def _cannot_serve(addr: str, port: int, e: OSError) -> InvalidArgument:
+    return InvalidArgument(
+        f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; pick another -metricsport or -metricsaddr"
+    )

@@ -17,8 +17,8 @@ from types import FrameType
 from .. import settings
 from ..errors import PermissionDenied
 from ..registry import Registry
+from . import exits
 from .gateway import Gateway
-from .workers import REFUSED
 
 log = logging.getLogger("streamrepl.gateway")
 
@@ -29,9 +29,17 @@ def run_foreground(
     gateway_id: str | None = None,
     metrics: tuple[str, int] | None = None,
     parent_id: str | None = None,
+    restarts: int = 0,
+    last_exit: str = "",
+    exit_fd: int | None = None,
 ) -> None:
+    """`restarts` and `last_exit`: what the supervisor says of this worker's earlier processes (reported, counted in
+    the metrics); `exit_fd`: where a supervised worker gives its last words before a final exit (exits.py). An error
+    before or while running is raised (`gateway start` maps it to its exit status)."""
     settings.check()
-    gw = Gateway(reg, cluster, gateway_id, settings.gateway(), parent_id=parent_id)
+    gw = Gateway(
+        reg, cluster, gateway_id, settings.gateway(), parent_id=parent_id, restarts=restarts, last_exit=last_exit
+    )
     gw.discover = True  # what the brokers do is probed (or read from the cluster's cache) before the group is joined
     if metrics is not None:
         gw.serve_metrics(*metrics)
@@ -41,18 +49,12 @@ def run_foreground(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    try:
-        gw.run()
-    except PermissionDenied as e:
-        if parent_id is None:
-            raise  # the command's one-line error, exit status 1
-        # A worker of `gateway start -workers` refused at start: a status of its own, so that its supervisor does not
-        # start it again (exit status 1 is also any other failure, after which it does).
-        log.error("%s", e.message)
-        gw.refused = e.message
+    gw.run()
     # Drained and stopped (and left, where the broker handles it): exit without destroying the group consumer again.
+    if gw.refused and exit_fd is not None:
+        exits.tell_supervisor(exit_fd, PermissionDenied.code, gw.refused)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Taken off the gateway list: not a clean stop, so that a supervisor shows it (the log says why).
-    os._exit((REFUSED if parent_id else 1) if gw.refused else 0)
+    # Taken off the gateway list: a final exit, which a supervisor does not mend by a restart (the log says why).
+    os._exit(exits.REFUSED if gw.refused else exits.CLEAN)

@@ -34,9 +34,13 @@ class StatusReports:
         producer: Callable[[], Producer],
         parent_id: str | None = None,
         seats: Callable[[], list[str]] = list,
+        restarts: int = 0,
+        last_exit: str = "",
     ):
         self.gateway_id = gateway_id
         self.parent_id = parent_id
+        self.restarts = restarts
+        self.last_exit = last_exit
         self.partitions = partitions
         self.stats = stats
         self._slots = slots
@@ -78,6 +82,9 @@ class StatusReports:
             "units": sorted(u.key for u in self.partitions.units),
             "applied": self.stats.records_applied,
             "errors": len(self.partitions.errored),
+            # started again by its supervisor after it died, and how it died last (`cluster gateway list`)
+            "restarts": self.restarts,
+            "lastexit": self.last_exit,
             "updated": int(time.time() * 1000),
         }
         if self.parent_id:

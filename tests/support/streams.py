@@ -72,12 +72,18 @@ class Gateways:
         self.procs: dict[str, subprocess.Popen] = {}
         self.count = 0
 
-    def start(self, name: str | None = None, *extra: str) -> str:
-        """Start a gateway process; `extra` are more `gateway start` options (e.g. "-metricsport", "9100")."""
+    def start(self, name: str | None = None, *extra: str, supervise: bool = False) -> str:
+        """Start a gateway process; `extra` are more `gateway start` options (e.g. "-metricsport", "9100").
+
+        Unsupervised unless `supervise` (or -workers in `extra`): the tests kill and freeze the process they started
+        as a gateway that crashes or hangs, which a supervisor would undo (a supervisor killed with -9 makes its
+        worker drain and exit cleanly; one frozen leaves its worker running)."""
         self.count += 1
         name = name or f"{self.cluster}-gw{self.count}"
         log = open(self.logdir / f"{name}.log", "a")  # noqa: SIM115
         env = dict(os.environ, STREAMREPL_CLUSTERS=self.registry, **self.env)
+        if not supervise and "-workers" not in extra:
+            extra = ("-supervise", "false", *extra)
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", self.cluster, "-id", name, *extra],
             stdout=log,

@@ -18,7 +18,7 @@ import time
 TICK = 0.2
 
 
-class StallWatch:
+class PauseWatch:
     def __init__(self, limit: float, clock=time.monotonic) -> None:  # type: ignore[no-untyped-def]
         #: a gap between ticks longer than this (seconds) is a freeze
         self.limit = limit
@@ -43,7 +43,7 @@ class StallWatch:
             longest, self._longest = self._longest, 0.0
         return longest
 
-    def start(self) -> StallWatch:
+    def start(self) -> PauseWatch:
         def run() -> None:
             while not self._stop.wait(TICK):
                 self.tick()
