@@ -511,6 +511,31 @@ def test_a_topic_let_go_is_asked_for_before_it_is_read_again() -> None:
     assert asked(reader, reader_asks) == [("topics", [(replica, -1)])], "once"
 
 
+def test_a_topic_let_go_is_not_read_again_while_its_source_does_not_say_what_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Assigned without asking, it would be fetched by the id the consumer knew, which may be a deleted topic's."""
+    from streamrepl.replication import partitions as partitions_module
+
+    rig = Rig(link())
+    topic, replica = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
+    plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
+    state = rig.partitions.units[rig.unit]
+    rig.partitions.remove_feed(state, link().name)
+    state.unverified[link().name] = (link(), topic)
+
+    def down(topic: str | None = None, timeout: float = 0) -> Any:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(partitions_module, "RETRY_SECONDS", 0.0)  # asked again at the next look
+    monkeypatch.setattr(rig.source, "list_topics", down)
+    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    assert rig.source.assigned == [] and link().name in state.unverified, "not fed while the source does not say"
+    monkeypatch.delattr(rig.source, "list_topics")  # the class's again: it answers
+    rig.partitions.retry_unverified()
+    assert rig.source.assigned == [(topic, 0, 0)] and not state.unverified, "fed once it said"
+
+
 # -- one source consumer per source cluster ---------------------------------------------------------------------
 def _rig_of_links(links: list[Link]) -> tuple[Partitions, Mover, FakeProducer, list[FakeConsumer]]:
     """Partitions and a Mover on fakes, each link feeding partition 0 of topic t of its own replica stream; the

@@ -226,9 +226,9 @@ class Partitions:
     def acquire(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer) -> None:
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
-        if not self.topic_ids.ready(READER, self.reader, dst_kt):
-            # Let go before and not found now (deleted, or its cluster does not answer): tried with the next plan.
-            log.warning("cannot start %s yet: cannot find its topic in %s", unit.key, unit.dst.cluster)
+        if self.topic_ids.ready(READER, self.reader, dst_kt) is not True:
+            # Let go before, and its cluster does not say what it is now: tried again with the next plan.
+            log.warning("cannot start %s yet: %s does not say what its topic is now", unit.key, unit.dst.cluster)
             return
         end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
         if end < self.left_at.get((dst_kt, unit.partition), 0):
@@ -259,16 +259,15 @@ class Partitions:
             if max(self._retry_at.get(name, 0.0), self._retry_at.get(f"{name} {state.unit.key}", 0.0)) > now:
                 continue
             verdict = self.check_source(state, link, TopicPartition(src_kt, state.unit.partition))
+            if verdict is True:
+                lane, consumer = self._source_consumer(link)
+                verdict = self.topic_ids.ready(lane, consumer, src_kt)
             if verdict is False:
                 return False
             if verdict is not True:
                 # A source cluster that does not answer is asked again for all its partitions at once; a
                 # partition that cannot be read (its topic missing) only for itself.
                 self._retry_at[name if verdict == "down" else f"{name} {state.unit.key}"] = now + RETRY_SECONDS
-                continue
-            lane, consumer = self._source_consumer(link)
-            if not self.topic_ids.ready(lane, consumer, src_kt):
-                self._retry_at[f"{name} {state.unit.key}"] = now + RETRY_SECONDS
                 continue
             del state.unverified[name]
             self._add_feed(state, link, src_kt)
@@ -354,10 +353,10 @@ class Partitions:
         state.checked_at = time.monotonic()
         w = state.writer
         probe = self._probe(link)
-        if reads_source(w.next, state.tail, w.dst_uuid) and not self.topic_ids.ready(
-            probe_name(link.src_cluster.name), probe, tp.topic
-        ):
-            return "unread"
+        if reads_source(w.next, state.tail, w.dst_uuid):
+            ready = self.topic_ids.ready(probe_name(link.src_cluster.name), probe, tp.topic)
+            if ready is not True:
+                return ready
         try:
             div = check(probe, tp, w.next, state.tail, link.src_uuid, w.dst_uuid, state.sole_feed, CHECK_TIMEOUT)
         except (KafkaException, TimeoutError) as e:

@@ -39,18 +39,19 @@ class TopicIds:
         if topic in self._read.get(name, ()):
             self._let_go.setdefault(name, set()).add(topic)
 
-    def ready(self, name: str, consumer: Consumer, topic: str, timeout: float = ASK_TIMEOUT) -> bool:
+    def ready(self, name: str, consumer: Consumer, topic: str, timeout: float = ASK_TIMEOUT) -> bool | str:
         """Call before the consumer reads `topic`: a topic it let go is asked for first, so that it is fetched by its
-        id of now. False when the cluster did not say (it does not answer, or has no such topic now): read it later."""
+        id of now. True: read it; otherwise not now, and why: "down" (the cluster does not answer) or "unread" (it
+        has no such topic now)."""
         let_go = self._let_go.get(name)
         if let_go and topic in let_go:
             try:
                 found = kafka.partitions_of(consumer, topic, timeout)
             except KafkaException as e:
                 log.debug("could not ask for topic %s again: %s", topic, e)
-                return False
+                return "down"
             if found is None:
-                return False
+                return "unread"
             let_go.discard(topic)
         self._read.setdefault(name, set()).add(topic)
         return True
