@@ -118,6 +118,12 @@ def compare(
     return Divergence(replica_end - 1, source_end, replica_end, "the source's record there is not the one replicated")
 
 
+def reads_source(replica_end: int, replica: Tail | None, dst_uuid: str) -> bool:
+    """Whether `check` reads the source: not for an empty replica, nor one whose last record is its own (compare()
+    would not look at the source)."""
+    return replica_end > 0 and replica is not None and replica.origin != dst_uuid
+
+
 def check(
     consumer: Consumer,
     source_tp: TopicPartition,
@@ -130,8 +136,8 @@ def check(
 ) -> Divergence | None:
     """Read the source's real end and its record at replica_end - 1, and compare (see compare). `consumer` reads
     the source; this check assigns it (it must not be one that feeds a writer)."""
-    if replica_end <= 0 or replica is None or replica.origin == dst_uuid:
-        return None  # compare() would not look at the source
+    if not reads_source(replica_end, replica, dst_uuid):
+        return None
     tp = TopicPartition(source_tp.topic, source_tp.partition)
     source_end = kafka.true_end(consumer, tp, timeout)
     last = kafka.last_record(consumer, tp, replica_end) if source_end >= replica_end else None

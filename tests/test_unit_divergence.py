@@ -3,6 +3,7 @@ while running (replication/partitions.py, mover.py), and copystream's check of a
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -116,6 +117,13 @@ class LogConsumer:
     def incremental_unassign(self, tps: list[Any]) -> None:
         pass
 
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
+        """The topics of `logs`, with one partition each (a topic read again after its feed stopped is asked for)."""
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        found = {t: SimpleNamespace(error=None, partitions={0: None}) for t in self.logs if topic in (None, t)}
+        return SimpleNamespace(topics=found)
+
     def seek(self, tp: Any) -> None:
         pass
 
@@ -209,7 +217,7 @@ class Rig:
     """The replica ny:/r:t[0] holding `replica`, fed from sf:/s:t[0] holding `source`."""
 
     def __init__(self, replica: list[Msg], source: list[Msg], source_down: bool = False):
-        self.feed = LogConsumer({})
+        self.feed = LogConsumer({SKT: []})  # its records are queued by the tests; it knows the topic
         self.probe = LogConsumer({SKT: source})
         self.probe.down = source_down
 

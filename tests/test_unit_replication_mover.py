@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -132,8 +133,10 @@ class FakeConsumer:
         self.asked.append(("ends", [(tp.topic, tp.partition) for tp in tps]))
         return [TopicPartition(tp.topic, tp.partition, 0) for tp in tps]
 
-    def list_topics(self, topic: str | None = None, timeout: float = 0) -> None:
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
         self.asked.append(("topics", [] if topic is None else [(topic, -1)]))
+        # Every topic asked for exists, with one partition.
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None})} if topic else {})
 
     def close(self) -> None:
         pass
@@ -478,10 +481,59 @@ def test_a_source_consumer_is_told_of_a_topic_it_never_had_when_its_partition_is
     assert told == [("topics", [(topic, -1)])]
     plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
     rig.partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, rig.producer)
-    rig.partitions.drop(rig.unit)
-    rig.partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, rig.producer)
-    assert rig.source.assigned == [(topic, 0, 0)], "taken up again"
     assert [a for a in rig.source.asked if a[0] == "topics"] == told, "once: the consumer knows it since"
+
+
+def test_a_topic_let_go_is_asked_for_before_it_is_read_again() -> None:
+    """Issues 23 and 25: librdkafka fetches by the topic id it learnt when it first read a topic; one deleted and
+    created again under its name while the gateway had let it go was fetched by the deleted one's id, which killed the
+    gateway on Tansu. Asked for by name, the consumer learns the new id: the source consumer of its lane, and the reader
+    of the replica partitions, ask before they read it again. A topic held all along is not asked for again."""
+    rig = Rig(link())
+    topic, replica = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
+    plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
+    reader = rig.partitions.reader
+    source_asks, reader_asks = len(rig.source.asked), len(reader.asked)  # type: ignore[attr-defined]
+
+    def asked(c: Any, since: int) -> list[Any]:
+        return [a for a in c.asked[since:] if a[0] == "topics"]
+
+    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    assert asked(rig.source, source_asks) == [] and asked(reader, reader_asks) == []
+
+    rig.partitions.drop(rig.unit)
+    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    assert rig.source.assigned == [(topic, 0, 0)], "taken up again"
+    assert asked(rig.source, source_asks) == [("topics", [(topic, -1)])], "the lane's consumer asked first"
+    assert reader.asked[reader_asks] == ("topics", [(replica, -1)]), "the reader asked before its first read"  # type: ignore[attr-defined]
+    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    assert asked(rig.source, source_asks) == [("topics", [(topic, -1)])], "once"
+    assert asked(reader, reader_asks) == [("topics", [(replica, -1)])], "once"
+
+
+def test_a_topic_let_go_is_not_read_again_while_its_source_does_not_say_what_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Assigned without asking, it would be fetched by the id the consumer knew, which may be a deleted topic's."""
+    from streamrepl.replication import partitions as partitions_module
+
+    rig = Rig(link())
+    topic, replica = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
+    plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
+    state = rig.partitions.units[rig.unit]
+    rig.partitions.remove_feed(state, link().name)
+    state.unverified[link().name] = (link(), topic)
+
+    def down(topic: str | None = None, timeout: float = 0) -> Any:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(partitions_module, "RETRY_SECONDS", 0.0)  # asked again at the next look
+    monkeypatch.setattr(rig.source, "list_topics", down)
+    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    assert rig.source.assigned == [] and link().name in state.unverified, "not fed while the source does not say"
+    monkeypatch.delattr(rig.source, "list_topics")  # the class's again: it answers
+    rig.partitions.retry_unverified()
+    assert rig.source.assigned == [(topic, 0, 0)] and not state.unverified, "fed once it said"
 
 
 # -- one source consumer per source cluster ---------------------------------------------------------------------

@@ -109,11 +109,11 @@ def _close_unused(partitions: Partitions, plan: Plan) -> None:
     for name in [n for n in partitions.lanes.of if n not in live]:
         partitions.lanes.release(name)
     for lane in [n for n in partitions.sources if n not in partitions.lanes.links]:
-        partitions.sources.pop(lane).close()
+        partitions.close_lane(lane)
     partitions.new_topics.introduce(partitions.sources)
     live_clusters = {link.src_cluster.name for link in plan.links}
     for name in [n for n in partitions.probes if n not in live_clusters]:
-        partitions.probes.pop(name).close()
+        partitions.close_probe(name)
     if partitions.quiet is not None:
         partitions.quiet.close_unused(live, live_clusters)
     # One pass over the units (each plan, every 2 s): a pass per link was 100,000 steps at 50 links and 2,000 units

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import discovery, kafka
 from ..applier import OffsetPreservingWriter, origin_of_tail, replica_tail
-from ..divergence import Divergence, Tail, check, compare, resync_hint, tail_of
+from ..divergence import Divergence, Tail, check, compare, reads_source, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from ..registry import Cluster
@@ -25,6 +25,7 @@ from .lanes import Lanes
 from .links import Link, Plan, Unit
 from .quiet import QuietFeeds, reports_lost_connection
 from .stats import GatewayStats
+from .topicids import TopicIds
 
 log = logging.getLogger("streamrepl.gateway")
 
@@ -44,6 +45,13 @@ FETCH_QUEUE_BACKOFF_MS = 10
 INTRODUCE_ONE_BY_ONE = 8
 #: How long the loop waits for a source cluster to say where the topics new to its consumer are (seconds).
 INTRODUCE_TIMEOUT = 0.5
+#: The reader of the replica partitions, as TopicIds names it (the source consumers go by their lanes, "cluster#k")
+READER = "reader"
+
+
+def probe_name(cluster: str) -> str:
+    """The divergence probe of a source cluster, as TopicIds names it."""
+    return f"probe {cluster}"
 
 
 def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
@@ -176,6 +184,8 @@ class Partitions:
         self.new_topics = NewTopics()
         #: whether the feeds started now start quiet (many partitions taken up at once: following.START_QUIET_AT)
         self.start_quiet = False
+        #: the topics the reader, the lanes' consumers and the probes let go: asked for before they are read again
+        self.topic_ids = TopicIds()
 
     def all_quiet(self) -> bool:
         """Whether no source partition is fetched now: every feed is quiet (quiet.py) and none waits for its source."""
@@ -217,6 +227,10 @@ class Partitions:
     def acquire(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer) -> None:
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
+        if self.topic_ids.ready(READER, self.reader, dst_kt) is not True:
+            # Let go before, and its cluster does not say what it is now: tried again with the next plan.
+            log.warning("cannot start %s yet: %s does not say what its topic is now", unit.key, unit.dst.cluster)
+            return
         end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
         if end < self.left_at.get((dst_kt, unit.partition), 0):
             # Re-created meanwhile (`replica resync`): the producer's sequence would be fatally refused; replace it.
@@ -246,6 +260,9 @@ class Partitions:
             if max(self._retry_at.get(name, 0.0), self._retry_at.get(f"{name} {state.unit.key}", 0.0)) > now:
                 continue
             verdict = self.check_source(state, link, TopicPartition(src_kt, state.unit.partition))
+            if verdict is True:
+                lane, consumer = self._source_consumer(link)
+                verdict = self.topic_ids.ready(lane, consumer, src_kt)
             if verdict is False:
                 return False
             if verdict is not True:
@@ -313,12 +330,17 @@ class Partitions:
                 pass
         self.by_source.pop((name, tp.topic, tp.partition), None)
         self.feed_count[name] -= 1
+        lane = self.lanes.of.get(name)
+        if lane is not None:
+            self.topic_ids.let_go(lane, tp.topic)
+        self.topic_ids.let_go(probe_name(link.src_cluster.name), tp.topic)
 
     def drop(self, unit: Unit) -> None:
         state = self.units.pop(unit, None)
         if state is None:
             return
         self.left_at[(state.writer.topic, state.writer.partition)] = state.writer.next
+        self.topic_ids.let_go(READER, state.writer.topic)
         for name in list(state.feeds):
             self.remove_feed(state, name)
 
@@ -331,21 +353,33 @@ class Partitions:
         (False). When the source cannot be read now: "down" (its cluster does not answer) or "unread"."""
         state.checked_at = time.monotonic()
         w = state.writer
+        probe = self._probe(link)
+        if reads_source(w.next, state.tail, w.dst_uuid):
+            ready = self.topic_ids.ready(probe_name(link.src_cluster.name), probe, tp.topic)
+            if ready is not True:
+                return ready
         try:
-            div = check(
-                self._probe(link), tp, w.next, state.tail, link.src_uuid, w.dst_uuid, state.sole_feed, CHECK_TIMEOUT
-            )
+            div = check(probe, tp, w.next, state.tail, link.src_uuid, w.dst_uuid, state.sole_feed, CHECK_TIMEOUT)
         except (KafkaException, TimeoutError) as e:
             log.warning("%s: cannot compare with its source %s now: %s", state.unit.key, link.src, e)
             # A probe that saw its source broker restart may keep the partition unknown for minutes: make a new one.
-            probe = self.probes.pop(link.src_cluster.name, None)
-            if probe is not None:
-                probe.close()
+            self.close_probe(link.src_cluster.name)
             return "down" if isinstance(e, TimeoutError) or kafka.is_transport(e) else "unread"
         if div is None:
             return True
         self.diverged(state.unit, link, div)
         return False
+
+    def close_probe(self, cluster: str) -> None:
+        probe = self.probes.pop(cluster, None)
+        if probe is not None:
+            probe.close()
+            self.topic_ids.closed(probe_name(cluster))
+
+    def close_lane(self, lane: str) -> None:
+        """Close the consumer of a lane that reads no link any more."""
+        self.sources.pop(lane).close()
+        self.topic_ids.closed(lane)
 
     def check_reread(self, state: UnitState, link: Link, batch: list[Message]) -> bool:
         """Source records below the replica's end arrived (a feed seeks back, or the source reset the feed's
