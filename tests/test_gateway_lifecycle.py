@@ -24,7 +24,8 @@ from support.streams import Gateways, SteadyProducer, link, new_stream, new_topi
 
 from streamrepl.local import EphemeralClusters
 
-pytestmark = [pytest.mark.e2e, pytest.mark.lifecycle]
+pytestmark = pytest.mark.e2e
+LIFECYCLE = pytest.mark.lifecycle
 
 CLUSTER = "newyork"
 SRC, DST = f"/{CLUSTER}/lc-src", f"/{CLUSTER}/lc-dst"
@@ -106,8 +107,15 @@ def wait(pred, what: str) -> None:  # type: ignore[no-untyped-def]
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
-@pytest.mark.parametrize("same_id", [False, True], ids=["new-id", "same-id"])
+@pytest.mark.parametrize(
+    ("sig", "same_id"),
+    [
+        pytest.param(signal.SIGKILL, False, id="sigkill-new-id"),
+        pytest.param(signal.SIGTERM, False, id="sigterm-new-id", marks=LIFECYCLE),
+        pytest.param(signal.SIGKILL, True, id="sigkill-same-id", marks=LIFECYCLE),
+        pytest.param(signal.SIGTERM, True, id="sigterm-same-id", marks=LIFECYCLE),
+    ],
+)
 def test_a_gateway_started_after_the_last_one_died_gets_every_slot(rig: Rig, sig: int, same_id: bool) -> None:
     """The regression of the hand-written registry: g1 owned every slot and was killed; g2 (another id) got 0 slots
     for good (Tansu with static membership, noida-db always)."""
@@ -123,6 +131,7 @@ def test_a_gateway_started_after_the_last_one_died_gets_every_slot(rig: Rig, sig
     rig.finish()
 
 
+@LIFECYCLE
 def test_one_of_three_dies_and_the_other_two_take_its_slots(rig: Rig) -> None:
     _start(rig, "lc-1", "lc-2", "lc-3")
     wait(lambda: sorted(rig.slots().values()) == [21, 21, 22], "three gateways to share the slots")
@@ -133,6 +142,7 @@ def test_one_of_three_dies_and_the_other_two_take_its_slots(rig: Rig) -> None:
     rig.finish()
 
 
+@LIFECYCLE
 def test_all_three_die_and_one_new_gateway_takes_everything(rig: Rig) -> None:
     _start(rig, "lc-1", "lc-2", "lc-3")
     wait(lambda: sorted(rig.slots().values()) == [21, 21, 22], "three gateways to share the slots")
@@ -145,6 +155,7 @@ def test_all_three_die_and_one_new_gateway_takes_everything(rig: Rig) -> None:
     rig.finish()
 
 
+@LIFECYCLE
 def test_a_frozen_gateway_whose_slots_moved_never_writes_again(rig: Rig) -> None:
     """SIGSTOP one of two gateways until the other has its slots, then SIGCONT: the frozen one must not write into
     the partitions the other now applies (the fence: its group membership was expired, or its seat adopted and the

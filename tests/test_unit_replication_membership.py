@@ -108,7 +108,10 @@ def _group(static_rejoin: bool | None, made: list[Any], gateway_id: str = "gw1",
     cluster = Cluster("ny", {"bootstrap.servers": f"127.0.0.1:{len(made) + 1}"})
     brokers.learn(cluster, BrokerTraits(identity="x", static_rejoin=static_rejoin, clean_leave=leave, probed_at=1))
     stats = GatewayStats(gateway_id)
-    return SlotGroup(cluster, gateway_id, 6000, stats, lambda: None, lambda _: None, new_consumer)
+    reports = {"gateway|gw-other": {"gateway": "gw-other", "updated": time.time() * 1000, "seats": ["gw-taken"]}}
+    return SlotGroup(
+        cluster, gateway_id, 6000, stats, lambda: None, lambda _: None, new_consumer, gateway_reports=lambda: reports
+    )
 
 
 def test_gateways_join_as_static_members_unless_the_broker_rebalances_on_their_return() -> None:
@@ -195,7 +198,7 @@ def test_a_gateway_fenced_by_another_with_its_id_stops_with_a_clear_error() -> N
     group = _group(True, made)
     group.join()
     made[0].poll = lambda timeout: _FencedMessage()
-    with pytest.raises(StreamreplError, match="a gateway started with -id gw1"):
+    with pytest.raises(StreamreplError, match="another gateway was started with -id gw1"):
         group.poll()
     group.leave()  # nothing left to leave: the fenced consumer is not used again
     assert made[0].closed is False
@@ -231,3 +234,19 @@ def test_the_partitions_of_a_topic_spread_evenly_over_members_under_round_robin(
             for p in range(partitions):
                 counts[slot_of(Unit(StreamPath("ny", "/s1"), topic, p)) % members] += 1
             assert counts == [partitions // members] * members, (topic, partitions, members, counts)
+
+
+def test_a_gateway_whose_seat_a_live_gateway_took_stops_to_start_again_not_for_good() -> None:
+    """Frozen past its reports, its seat was adopted and the broker fenced it: that is not a duplicate -id (final),
+    but a stop after which its supervisor starts it again, and it takes its seat back."""
+    import pytest
+
+    from streamrepl.replication.membership import GatewayFenced, SeatTaken
+
+    made: list[Any] = []
+    group = _group(True, made, "gw-taken")
+    group.join()
+    made[0].poll = lambda timeout: _FencedMessage()
+    with pytest.raises(SeatTaken, match="gateway gw-other took its seat") as e:
+        group.poll()
+    assert not isinstance(e.value, GatewayFenced)

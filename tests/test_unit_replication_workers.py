@@ -328,7 +328,7 @@ def test_a_bad_client_setting_in_the_registry_is_one_line_at_once_not_a_worker_r
     reg.write_text(f"default: newyork\nclusters:\n  newyork:\n    bootstrap.servers: 127.0.0.1:1\n    {setting}\n")
     r = run_proc(["gateway", "start", "-cluster", "newyork", "-clusters", reg], timeout=45)
     line = one_error_line(r)
-    assert line.startswith("ERROR (5) - gateway start: ") and says in line, line
+    assert line.startswith("ERROR (2) - gateway start: ") and says in line, line
     assert r.code == BAD_INPUT
 
 

@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from .. import discovery, kafka, settings, statustopic
+from .. import discovery, kafka, settings
 from ..errors import PermissionDenied, StreamreplError
 from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
@@ -55,9 +55,6 @@ QUIET_AFTER = 1.0
 #: it meanwhile (rebalances of the slot group, the sweeps, the reports) waits this long at most. At 800 partitions
 #: the loop's 100 passes a second were half of an idle gateway's own CPU, 20 a second still a third of it.
 IDLE_SLEEP_ALL_QUIET = 0.25
-#: how often a gateway with static membership looks for dead gateways' seats to adopt (membership.py): a describe of
-#: the slot group, and a read of the gateway reports when it has other members
-SEAT_CHECK_SECONDS = 3.0
 
 
 class Gateway:
@@ -247,18 +244,6 @@ class Gateway:
         if self.leave_group:
             self.leave_group = None  # decided at the stop, once the LeaveGroup probe had its time
 
-    def _adopt_dead_seats(self) -> None:
-        """Take the slot-group seats of gateways that died (membership.SlotGroup.adopt_dead), then leave those that
-        got their slots where the broker hands over cleanly."""
-        try:
-            self.group.retire_adopted()
-            members = self.group.members()
-            if members is not None and set(members) <= {self.id, *self.group.seats}:
-                return  # nobody else in the group: no status read
-            self.group.adopt_dead(statustopic.read(self.cluster, "gateway|"), members)
-        except (StreamreplError, kafka.KafkaException) as e:
-            log.warning("gateway %s: the slot group's members could not be checked (%s)", self.id, e)
-
     def _wait_for_destination(self) -> None:
         """A gateway is a long-running worker: a destination that does not answer yet is waited for
         (with backoff), not a reason to exit."""
@@ -297,7 +282,6 @@ class Gateway:
         self.pause_watch.start()
         plan_applied: tuple[Plan, set[str]] | None = None
         next_report = next_gate_check = 0.0
-        next_seat_check = time.monotonic() + SEAT_CHECK_SECONDS
         reported_holding = (0, 0)
         started = last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
@@ -316,9 +300,6 @@ class Gateway:
                         " slots to have moved to another gateway"
                     )
                 self.group.poll()  # drives heartbeats and rebalances
-                if self.group.static and now >= next_seat_check:
-                    next_seat_check = now + SEAT_CHECK_SECONDS
-                    self._adopt_dead_seats()
                 if self.mover.restart_pending and now >= next_gate_check:
                     next_gate_check = now + 0.5
                     self._replan = True  # take the partitions up again once the destination is back

@@ -35,6 +35,8 @@ log = logging.getLogger("streamrepl.gateway")
 
 SLOT_TOPIC = "__streamrepl_gateway_slots"
 SLOTS = 64
+#: how often a static member looks for dead gateways' seats to adopt (SlotGroup._check_seats)
+SEAT_CHECK_SECONDS = 3.0
 #: a static member's join that got no assignment for two sessions and this much more is made again (_join_stuck)
 JOIN_PATIENCE_SECONDS = 5.0
 
@@ -99,8 +101,12 @@ class SlotGroup:
         on_assigned: Callable[[], None],
         on_give_up: Callable[[set[int]], None],
         new_consumer: Callable[..., Consumer] = kafka.consumer,
+        gateway_reports: Callable[[], dict[str, dict[str, Any]]] | None = None,
     ):
         self.cluster = cluster
+        #: the cluster's gateway reports (statustopic): who is alive, whose seat is held by whom
+        self._gateway_reports = gateway_reports or (lambda: statustopic.read(cluster, "gateway|"))
+        self._next_seat_check = 0.0
         #: static member (README, "Brokers"): decided at join(), once the broker's answers are known
         self.static = False
         self.gateway_id = gateway_id
@@ -188,6 +194,9 @@ class SlotGroup:
                     f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
                     f" with -id {self.gateway_id}; give each gateway its own -id"
                 )
+        if self.static and self.consumer is not None and time.monotonic() >= self._next_seat_check:
+            self._next_seat_check = time.monotonic() + SEAT_CHECK_SECONDS
+            self._check_seats()
         for instance, seat in list(self.adopted.items()):
             if self._poll(seat.consumer) is not None:
                 # The gateway whose seat this was came back under its id: its slots are its own again.
@@ -198,7 +207,7 @@ class SlotGroup:
     def _adopter_of_own_seat(self) -> str:
         """The live gateway whose report says it holds this gateway's seat ("" if none, or the reports are unread)."""
         try:
-            reports = statustopic.read(self.cluster, "gateway|")
+            reports = self._gateway_reports()
         except (StreamreplError, kafka.KafkaException):
             return ""
         now_ms = time.time() * 1000
@@ -232,6 +241,18 @@ class SlotGroup:
         info = kafka.describe_groups(self.cluster, admin, [self.group_id]).get(self.group_id)
         ids = [m.instance_id for m in (info.members if info is not None else []) if m.instance_id]
         return ids or None
+
+    def _check_seats(self) -> None:
+        """Leave the adopted seats that got their slots (where that is safe), then adopt dead gateways' seats: a
+        describe of the group, and a read of the gateway reports when it has members other than this gateway's."""
+        try:
+            self.retire_adopted()
+            members = self.members()
+            if members is not None and set(members) <= {self.gateway_id, *self.adopted}:
+                return
+            self.adopt_dead(self._gateway_reports(), members)
+        except (StreamreplError, kafka.KafkaException) as e:
+            log.warning("gateway %s: the slot group's members could not be checked (%s)", self.gateway_id, e)
 
     def adopt_dead(self, reports: dict[str, dict[str, Any]], members: list[str] | None) -> list[str]:
         """Adopt the seats of the group's members whose gateways are dead by their status reports (`reports`: the
