@@ -89,6 +89,20 @@ def discover(cluster: Cluster, force: bool = False) -> BrokerTraits:
     return traits
 
 
+def for_gateway(cluster: Cluster) -> bool:
+    """What a starting gateway needs: the answers for `cluster`, cached or probed, then the LeaveGroup probe in a
+    thread where it is unknown. False when the brokers could not be probed: the safe branch is taken everywhere."""
+    try:
+        traits = discover(cluster)
+    except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
+        log.warning(
+            "cluster %s: its brokers could not be probed (%s); taking what is safe on every broker", cluster.name, e
+        )
+        return False
+    probe_leave_later(cluster, traits)
+    return True
+
+
 def probe_leave_later(cluster: Cluster, traits: BrokerTraits) -> threading.Thread | None:
     """When the LeaveGroup answer is unknown, find it in a thread of its own, then keep and learn it."""
     if traits.clean_leave is not None:

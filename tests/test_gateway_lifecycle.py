@@ -20,7 +20,19 @@ from pathlib import Path
 
 import pytest
 from support import run_cli
-from support.streams import Gateways, SteadyProducer, link, new_stream, new_topics, sp, tally, true_ends, uuid_of
+from support.clusters import ON_NOIDA
+from support.streams import (
+    Gateways,
+    SteadyProducer,
+    link,
+    new_stream,
+    new_topics,
+    produce,
+    sp,
+    tally,
+    true_ends,
+    uuid_of,
+)
 
 from streamrepl.local import EphemeralClusters
 
@@ -172,3 +184,50 @@ def test_a_frozen_gateway_whose_slots_moved_never_writes_again(rig: Rig) -> None
     rig.finish()
     # The thawed gateway either stopped (fenced) or rejoined and shares the slots again; both are fine.
     assert frozen.poll() in (None, 1), "stopped to start again (its seat was taken), or rejoined; not final"
+
+
+@LIFECYCLE
+@pytest.mark.skipif(
+    not ON_NOIDA,
+    reason="Tansu keeps nothing across a restart (memory storage): there a frozen broker stands for an outage, as in the chaos suite",
+)
+def test_the_broker_started_again_on_its_port_and_then_moved_to_another(rig: Rig, tmp_path: Path) -> None:
+    """The cluster's only broker stops and comes back: on its port (`local up` waits for nothing, its port in TIME_WAIT
+    is bound again), then on another one while something holds the old (the registry is rewritten; the gateway, which
+    dialed the old address for good, stops when its registry entry changes and its supervisor starts it again)."""
+    import socket
+
+    import yaml
+
+    from streamrepl import local
+
+    rig.gws.start("lc-r", supervise=True)
+    wait(lambda: rig.slots().get("lc-r") == 64, "lc-r to own every slot")
+    sent = rig.producer.stop()
+    rig.caught_up_since("before the restarts", time.monotonic())
+    port = rig.ec.brokers[CLUSTER].port
+
+    local.down(rig.ec.state_dir)
+    (again,) = local.up([CLUSTER], rig.ec.state_dir)
+    assert again.port == port
+    event = time.monotonic()
+    produce(rig.bs, sp(SRC), "t", 200, 4, start=sent, tag="after-restart-")
+    rig.caught_up_since("broker stopped and started again on its port", event)
+
+    local.down(rig.ec.state_dir)
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        (moved,) = local.up([CLUSTER], rig.ec.state_dir)
+    assert moved.port != port
+    doc = yaml.safe_load(rig.reg.read_text())
+    assert doc["clusters"][CLUSTER]["bootstrap.servers"] == moved.bootstrap
+    rig.bs = moved.bootstrap
+    event = time.monotonic()
+    produce(rig.bs, sp(SRC), "t", 200, 4, start=sent + 200, tag="after-move-")
+    rig.caught_up_since("broker moved to another port", event)
+    t = tally(rig.bs, sp(SRC), uuid_of(rig.reg, SRC), rig.bs, sp(DST), TOPICS)
+    assert t.ok and t.records == sent + 400, t
+    log = (tmp_path / "lc-r.log").read_text()
+    assert f"changed the settings of cluster {CLUSTER}" in log, log[-3000:]

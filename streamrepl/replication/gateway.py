@@ -37,6 +37,7 @@ from .partitions import Partitions, source_consumer
 from .pauses import PauseWatch
 from .plan import Planner
 from .quiet import EndWatch, QuietFeeds, end_watch
+from .registrywatch import RegistryWatch
 from .reports import REPORT_SECONDS, StatusReports
 from .stalls import StallWatch
 from .stats import GatewayStats
@@ -131,6 +132,8 @@ class Gateway:
         self.cursor_sync: CursorSyncProcess | None = None
         #: a freeze longer than a third of the session throws the writes away (pauses.py)
         self.pause_watch = PauseWatch(self.tuning.session_ms / 3000)
+        #: a changed registry entry of a cluster in use stops the gateway, to be started again (registrywatch.py)
+        self.registry_watch = RegistryWatch(reg)
         self.metrics: MetricsServer | None = None
         #: counts the cluster's partitions that no live gateway holds, for the metrics (only while they are served)
         self.stalls: StallWatch | None = None
@@ -228,21 +231,8 @@ class Gateway:
         if self.partitions.quiet is not None:
             self.partitions.quiet.nudge()
 
-    def _discover(self) -> None:
-        """What the destination's brokers do (membership, LeaveGroup, watermarks), before the group is joined; a probe
-        that fails leaves its answer unknown, and the safe branch is taken (kafka/brokers.py)."""
-        try:
-            traits = discovery.discover(self.cluster)
-        except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
-            log.warning(
-                "cluster %s: its brokers could not be probed (%s); taking what is safe on every broker",
-                self.cluster.name,
-                e,
-            )
-            return
-        discovery.probe_leave_later(self.cluster, traits)
-        if self.leave_group:
-            self.leave_group = None  # decided at the stop, once the LeaveGroup probe had its time
+    def _links(self) -> list[Link]:
+        return self.plan.links if self.plan is not None else []
 
     def _wait_for_destination(self) -> None:
         """A gateway is a long-running worker: a destination that does not answer yet is waited for
@@ -263,10 +253,8 @@ class Gateway:
         self._wait_for_destination()
         if self.stopping:
             return
-        if self.discover:
-            self._discover()
-            if self.stopping:
-                return
+        if self.discover and discovery.for_gateway(self.cluster) and self.leave_group:
+            self.leave_group = None  # decided at the stop, once the LeaveGroup probe had its time
         refusal = self.allow_list.check_now()
         if refusal:  # before joining the group: a gateway not on the list never takes a slot
             raise PermissionDenied(refusal)
@@ -293,6 +281,7 @@ class Gateway:
                 if self.allow_list.refusal:
                     self.refused = self.allow_list.refusal
                     break
+                self.registry_watch.check([self.cluster.name, *(link.src_cluster.name for link in self._links())])
                 frozen = self.pause_watch.take()
                 if frozen and self.partitions.units:
                     self.mover.restart_writes(
