@@ -135,3 +135,42 @@ def test_a_source_stream_deleted_and_created_again_under_its_name_is_read_again(
         assert gateway.poll() is None and started_once(tmp_path / f"{name}.log")
         assert assert_identical(sf, sp(kept), uuid_of(reg, kept), ny, sp("/newyork/k5"), topics) == 60
         assert assert_identical(sf, sp(gone), uuid_of(reg, gone), ny, sp(again), topics) == 10
+
+
+def test_a_source_topic_deleted_outside_streamrepl_costs_a_restart_not_the_other_streams(
+    ec: EphemeralClusters, tmp_path: Path
+) -> None:
+    """A Kafka admin tool deletes a replicated source topic under a running gateway. On Tansu librdkafka's consumer
+    of it dies with the process (exit -11): the gateway's supervisor starts it again, and the other stream of the
+    source cluster, read by the same consumer, goes on; on noida-db the gateway survives. Either way every record of
+    the other stream is in its replica."""
+    from streamrepl import kafka
+    from streamrepl.paths import kafka_topic_name
+    from streamrepl.registry import Cluster
+
+    reg = ec.registry_path
+    gone, kept = "/sanfrancisco/x6", "/sanfrancisco/y6"
+    topics = {"a": 2}
+    for s, d in ((gone, "/newyork/x6"), (kept, "/newyork/y6")):
+        new_stream(reg, s)
+        new_stream(reg, d)
+        new_topics(reg, s, topics)
+        link(reg, s, d)
+    sf, ny = ec.brokers["sanfrancisco"].bootstrap, ec.brokers["newyork"].bootstrap
+    with Gateways(reg, "newyork", tmp_path, env=FAST) as gws:
+        gws.start("outside", supervise=True)
+        for s in (gone, kept):
+            produce(sf, sp(s), "a", 20, 2)
+
+        def kept_caught_up() -> bool:
+            return same_ends(sf, sp(kept), ny, sp("/newyork/y6"), topics)
+
+        wait_until(lambda: kept_caught_up() and caught_up(reg, gone), 90, "the replicas to catch up")
+        kafka.delete_topics(Cluster("sanfrancisco", {"bootstrap.servers": sf}), [kafka_topic_name(sp(gone), "a")])
+        for round_ in range(3):
+            produce(sf, sp(kept), "a", 10, 2, start=20 + 10 * round_)
+            wait_until(kept_caught_up, 90, "the other stream to go on after the topic was deleted outside streamrepl")
+        assert gws.procs["outside"].poll() is None, "the supervisor ended"
+        assert assert_identical(sf, sp(kept), uuid_of(reg, kept), ny, sp("/newyork/y6"), topics) == 50
+        # The way out the README gives: take the topic out of the stream (it works when the Kafka topic is gone).
+        cli("stream", "topic", "delete", "-path", gone, "-topic", "a", registry=reg)
