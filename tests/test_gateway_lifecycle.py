@@ -144,6 +144,25 @@ def test_a_gateway_started_after_the_last_one_died_gets_every_slot(rig: Rig, sig
 
 
 @LIFECYCLE
+def test_the_same_with_the_broker_named_in_the_registry(rig: Rig) -> None:
+    """A registry of an earlier `local up` names the broker (`streamrepl.broker`): a label now, which decides nothing
+    (the probes do), so a gateway comes back the same way."""
+    import yaml
+
+    doc = yaml.safe_load(rig.reg.read_text())
+    doc["clusters"][CLUSTER]["streamrepl.broker"] = rig.ec.brokers[CLUSTER].broker
+    rig.reg.write_text(yaml.safe_dump(doc))
+    _start(rig, "lc-a")
+    wait(lambda: rig.slots() == {"lc-a": 64}, "lc-a to own every slot")
+    rig.gws.kill("lc-a", signal.SIGKILL)
+    event = time.monotonic()
+    _start(rig, "lc-b")
+    wait(lambda: rig.slots().get("lc-b") == 64, "lc-b to own every slot")
+    rig.caught_up_since("SIGKILL then a new id, the broker named in the registry", event)
+    rig.finish()
+
+
+@LIFECYCLE
 def test_one_of_three_dies_and_the_other_two_take_its_slots(rig: Rig) -> None:
     _start(rig, "lc-1", "lc-2", "lc-3")
     wait(lambda: sorted(rig.slots().values()) == [21, 21, 22], "three gateways to share the slots")
