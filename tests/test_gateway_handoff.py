@@ -93,4 +93,4 @@ def test_a_second_gateway_started_with_the_same_id_fences_the_first_which_stops_
                 first.wait()
         assert code != 0
         log = (tmp_path / "dup.log").read_text()
-        assert "a gateway started with -id dup" in log, log[-2000:]
+        assert "another gateway was started with -id dup" in log, log[-2000:]

@@ -253,11 +253,11 @@ class Gateway:
         self._wait_for_destination()
         if self.stopping:
             return
+        refusal = self.allow_list.check_now()
+        if refusal:  # before joining the group (or probing its brokers): a gateway not on the list never takes a slot
+            raise PermissionDenied(refusal)
         if self.discover and discovery.for_gateway(self.cluster) and self.leave_group:
             self.leave_group = None  # decided at the stop, once the LeaveGroup probe had its time
-        refusal = self.allow_list.check_now()
-        if refusal:  # before joining the group: a gateway not on the list never takes a slot
-            raise PermissionDenied(refusal)
         self.allow_list.start()
         # Reported before joining: a member of the slot group without a fresh report could be taken for a dead
         # gateway's and its seat adopted (membership.SlotGroup.adopt_dead).
