@@ -38,17 +38,30 @@ def _keep(cluster: Cluster, traits: BrokerTraits) -> None:
     p.flush(10)
 
 
+_asked: set[tuple[str, str]] = set()
+_asked_lock = threading.Lock()
+
+
 def learn_cached(cluster: Cluster) -> None:
     """Learn the answers cached in `cluster` (a source cluster, which the gateway does not probe itself: its own
-    gateways do) when they are for its identity; nothing when there are none or it does not answer."""
-    if brokers.traits_of(cluster).probed_at:
-        return
-    try:
-        known = cached(cluster)
-        if known is not None and known.identity == probes.identity(cluster):
-            brokers.learn(cluster, known)
-    except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
-        log.debug("cluster %s: no cached broker answers (%s)", cluster.name, e)
+    gateways do) when they are for its identity. Once per cluster and process, in a thread: the caller (a source
+    consumer being made) goes on with what is known now, the safe branch until then, and is never held up by a
+    source that does not answer."""
+    key = (cluster.name, cluster.properties.get("bootstrap.servers", ""))
+    with _asked_lock:
+        if key in _asked or brokers.traits_of(cluster).probed_at:
+            return
+        _asked.add(key)
+
+    def run() -> None:
+        try:
+            known = cached(cluster)
+            if known is not None and known.identity == probes.identity(cluster):
+                brokers.learn(cluster, known)
+        except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
+            log.debug("cluster %s: no cached broker answers (%s)", cluster.name, e)
+
+    threading.Thread(target=run, name=f"learn-{cluster.name}", daemon=True).start()
 
 
 def discover(cluster: Cluster, force: bool = False) -> BrokerTraits:
