@@ -78,7 +78,7 @@ def discover(cluster: Cluster, force: bool = False) -> BrokerTraits:
     with ThreadPoolExecutor(max_workers=3) as pool:
         watermark = pool.submit(probes.attempt, probes.probe_watermark, cluster, tp)
         fetch = pool.submit(probes.attempt, probes.probe_fetch, cluster, tp)
-        static = pool.submit(probes.attempt, probes.probe_static_rejoin, cluster)
+        static = pool.submit(probes.attempt, probes.run_isolated, "static_rejoin", cluster)
         notes: dict[str, str] = {}
         results = {}
         for name, fut in (("exact_watermark", watermark), ("fetch", fetch), ("static_rejoin", static)):
@@ -122,7 +122,7 @@ def probe_leave_later(cluster: Cluster, traits: BrokerTraits) -> threading.Threa
         return None
 
     def run() -> None:
-        value, note = probes.attempt(probes.probe_clean_leave, cluster)
+        value, note = probes.attempt(probes.run_isolated, "clean_leave", cluster)
         notes = dict(traits.notes, **({"clean_leave": note} if note else {}))
         done = dataclasses.replace(traits, clean_leave=value, notes=notes)
         try:

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
@@ -348,3 +351,44 @@ def attempt(fn: Any, *args: Any) -> tuple[Any, str]:
         return fn(*args), ""
     except (KafkaException, TimeoutError, OSError, ValueError) as e:
         return None, f"{type(e).__name__}: {e}"[:200]
+
+
+#: The group probes, by the name a child process is given (run_isolated).
+GROUP_PROBES = {"static_rejoin": probe_static_rejoin, "clean_leave": probe_clean_leave}
+#: How long a group probe may take before its process is killed and its answer is unknown.
+ISOLATED_TIMEOUT = 90.0
+
+
+def run_isolated(name: str, cluster: Cluster, timeout: float = ISOLATED_TIMEOUT) -> bool | None:
+    """Run group probe `name` in a child process. Closing a consumer during a rebalance can hang inside librdkafka
+    with the GIL held (librdkafka issue 4884: rd_kafka_assign from the close's rebalance callback): in the gateway's
+    own process that froze every thread (seen on noida-db, the LeaveGroup probe). A child that hangs is killed, and the
+    answer is unknown. The cluster's properties go to the child on stdin (they hold secrets: never on a command line)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamrepl.kafka.probes", name, cluster.name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        out, _ = proc.communicate(json.dumps(cluster.properties), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise TimeoutError(f"the {name} probe did not finish within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise OSError(f"the {name} probe failed (exit {proc.returncode})")
+    answer: bool | None = json.loads(out.strip().splitlines()[-1])
+    return answer
+
+
+def _child(argv: list[str]) -> None:
+    name, cluster_name = argv
+    cluster = Cluster(cluster_name, json.loads(sys.stdin.read()))
+    print(json.dumps(GROUP_PROBES[name](cluster)), flush=True)
+    os._exit(0)  # no destructor of a client left over: a hang there is what this process is for
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1:])
