@@ -571,7 +571,9 @@ def th(title: str) -> str:
     # for the name at 80 columns, and the three would print over each other.
     side = len(title) + len("(1)")
     center = f"{PROG} manual" if 2 * side + len(f"{PROG} manual") + 4 <= 80 else ""
-    return f'.TH "{roff(title.upper())}" "1" "" "{PROG}" "{center}"\n.nh'
+    # .nh and .ad l: no hyphenation, and ragged right instead of justified text, in which a word longer than the
+    # room left (a path, the list of pages under SEE ALSO) leaves a line troff cannot adjust (a warning at 80 columns).
+    return f'.TH "{roff(title.upper())}" "1" "" "{PROG}" "{center}"\n.nh\n.ad l'
 
 
 def leaf_page(n: Node) -> str:

@@ -116,3 +116,12 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     assert link["replicaState"] == "REPLICA_STATE_REPLICATING", link
     assert link["isUptodate"] is True and link["putsPending"] == 0, link
     assert "sanfrancisco" in out["streamrepl local down"] and "newyork" in out["streamrepl local down"]
+
+
+def test_help_examples_start_from_local_up() -> None:
+    """`streamrepl --help` shows a session a newcomer can type on a machine with no cluster: it starts the two."""
+    r = subprocess.run([str(BIN / "streamrepl"), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    examples = [line.strip() for line in r.stdout.splitlines() if "streamrepl " in line and "Usage:" not in line]
+    assert examples and examples[0] == 'eval "$(streamrepl local up)"', r.stdout
+    assert any(e.startswith("streamrepl consume -path /newyork/") for e in examples), r.stdout
