@@ -15,7 +15,7 @@ For each --end-checks period (ms; "" for none) one client asks for the latest of
 ListOffsets request of at most --chunk partitions (offsets_for_times with -1, as replication/quiet.py's EndWatch does) every period, and it prints
 the broker's % of a core, the client's own (the whole probe process: what a gateway would pay), the request's
 median time, and the wake: ms from producing one record into an idle partition until a request sees its end move.
-Not a test; what it finds goes to README's broker differences and BENCHMARKS.md.
+Not a test; what it finds goes to docs/brokers.md's broker differences and BENCHMARKS.md.
 """
 
 from __future__ import annotations

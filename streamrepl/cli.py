@@ -62,10 +62,16 @@ ROOT_COMMANDS = {
 def cli(ctx: click.Context, clusters: str | None, as_json: bool, noheader: bool) -> None:
     """Replicate streams of topics between Kafka-compatible clusters, maprcli style.
 
+    Two clusters on this machine (real brokers on loopback), a stream, its replica and a gateway:
+
     \b
+    eval "$(streamrepl local up)"
     streamrepl stream create -path /sanfrancisco/activity -defaultpartitions 3
+    streamrepl stream topic create -path /sanfrancisco/activity -topic clicks
     streamrepl stream replica autosetup -path /sanfrancisco/activity -replica /newyork/activity
-    streamrepl gateway start -cluster newyork
+    streamrepl gateway start -cluster newyork &
+    seq 10 | streamrepl produce -path /sanfrancisco/activity:clicks
+    streamrepl consume -path /newyork/activity:clicks -count 10
     """
     from .commands.common import App
 

@@ -95,7 +95,7 @@ def is_secret(prop: str) -> bool:
 
 #: Registry properties that are streamrepl's own, not librdkafka's: never given to a Kafka client.
 OWN_PREFIX = "streamrepl."
-#: `streamrepl.broker`: what the cluster's broker is, where streamrepl must work around it (README, "Brokers").
+#: `streamrepl.broker`: what the cluster's broker is, where streamrepl must work around it (docs/brokers.md).
 BROKER_PROPERTY = "streamrepl.broker"
 #: The others override one answer of the broker probes each (kafka/brokers.py, OVERRIDES); `streamrepl.broker` is
 #: only a label now, shown by `cluster list`: what a broker does is probed, not assumed from its name.

@@ -137,7 +137,7 @@ def stalled_error(
     when = datetime.fromtimestamp(last.get("updated", 0) / 1000, tz=UTC).isoformat(timespec="seconds")
     return (
         f"partitions {', '.join(sorted(parts))} are held by gateway {gateway}, which stopped reporting at {when}, and"
-        f" no live gateway has taken them over: nothing is replicated into them (see README, 'Brokers', for brokers"
+        f" no live gateway has taken them over: nothing is replicated into them (see docs/brokers.md for brokers"
         f" that never expire a dead member); start that gateway again with"
         f" 'streamrepl gateway start -cluster {cluster.name} -id {gateway}'"
     )

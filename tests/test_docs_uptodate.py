@@ -107,6 +107,23 @@ def test_man_page_renders_without_warnings(page: Path) -> None:
     assert "NAME" in r.stdout and "SYNOPSIS" in r.stdout
 
 
+@pytest.mark.skipif(shutil.which("man") is None or shutil.which("groff") is None, reason="man or groff is missing")
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_man_page_renders_at_80_columns_without_warnings(page: Path) -> None:
+    """What a reader's `man -l` does on an 80-column terminal, with troff's warnings on: a line troff cannot
+    adjust (a long word in justified text) is a warning there."""
+    r = subprocess.run(
+        ["man", "--warnings", "-l", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "MANPAGER": "cat", "PAGER": "cat", "MANWIDTH": "80", "LANG": "C.UTF-8"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "", r.stderr
+    assert "SYNOPSIS" in r.stdout
+
+
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 def test_man_l_shows_the_options() -> None:
     r = subprocess.run(

@@ -94,7 +94,7 @@ def resume_cmd(path: str, replica: str) -> None:
     """Resume replication to a replica from where it stopped.
 
     A link in ERROR that is not paused is not restarted by resume: the command says why it is in
-    ERROR (see README, "A link in ERROR").
+    ERROR (see docs/operations.md, "A link in ERROR").
     """
     from .. import replicas
     from ..errors import StreamreplError
@@ -110,7 +110,7 @@ def resume_cmd(path: str, replica: str) -> None:
     if not paused and error is not None:
         raise StreamreplError(
             f"replica {target} was not paused: its link is in ERROR ({error}); resume restarts only a"
-            " paused link: deal with the cause first (see README, 'A link in ERROR')"
+            " paused link: deal with the cause first (see docs/operations.md, 'A link in ERROR')"
         )
     output([])
 

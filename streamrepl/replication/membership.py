@@ -107,7 +107,7 @@ class SlotGroup:
         #: the cluster's gateway reports (statustopic): who is alive, whose seat is held by whom
         self._gateway_reports = gateway_reports or (lambda: statustopic.read(cluster, "gateway|"))
         self._next_seat_check = 0.0
-        #: static member (README, "Brokers"): decided at join(), once the broker's answers are known
+        #: static member (docs/brokers.md): decided at join(), once the broker's answers are known
         self.static = False
         self.gateway_id = gateway_id
         self.session_ms = session_ms

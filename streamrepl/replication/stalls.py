@@ -5,7 +5,7 @@ A dead gateway exports nothing, so its own metrics cannot say that its partition
 still alive can. Each one that serves metrics reads the status topic every STALL_CHECK_SECONDS in a thread of its
 own (a read takes a consumer and up to seconds, too long for the loop or a scrape) and counts the partitions of
 its plan that no live gateway holds, as statustopic.unheld_units judges them: their gateway stopped reporting and
-nobody took them over (a broker that never expires a dead member: README, 'Brokers'), or their slot is not
+nobody took them over (a broker that never expires a dead member: docs/brokers.md), or their slot is not
 assigned at all. Right after a gateway dies the figure shows its partitions until the group hands them over
 (a session and a report period): alert on it lasting, not on one sample.
 """
