@@ -131,15 +131,19 @@ def wait(pred, what: str) -> None:  # type: ignore[no-untyped-def]
 def test_a_gateway_started_after_the_last_one_died_gets_every_slot(rig: Rig, sig: int, same_id: bool) -> None:
     """The regression of the hand-written registry: g1 owned every slot and was killed; g2 (another id) got 0 slots
     for good (Tansu with static membership, noida-db always)."""
+    _dies_and_one_starts(rig, sig, "lc-a" if same_id else "lc-b", f"then {'the same' if same_id else 'a new'} id")
+
+
+def _dies_and_one_starts(rig: Rig, sig: int, name: str, label: str) -> None:
+    """lc-a owns every slot and is killed with `sig`; `name` is started and must own every slot."""
     _start(rig, "lc-a")
     wait(lambda: rig.slots() == {"lc-a": 64}, "lc-a to own every slot")
     rig.caught_up_since("first start", time.monotonic())
     rig.gws.kill("lc-a", sig)
     event = time.monotonic()
-    name = "lc-a" if same_id else "lc-b"
     _start(rig, name)
     wait(lambda: rig.slots().get(name) == 64, f"{name} to own every slot")
-    rig.caught_up_since(f"{signal.Signals(sig).name} then {'the same' if same_id else 'a new'} id", event)
+    rig.caught_up_since(f"{signal.Signals(sig).name} {label}", event)
     rig.finish()
 
 
@@ -152,14 +156,7 @@ def test_the_same_with_the_broker_named_in_the_registry(rig: Rig) -> None:
     doc = yaml.safe_load(rig.reg.read_text())
     doc["clusters"][CLUSTER]["streamrepl.broker"] = rig.ec.brokers[CLUSTER].broker
     rig.reg.write_text(yaml.safe_dump(doc))
-    _start(rig, "lc-a")
-    wait(lambda: rig.slots() == {"lc-a": 64}, "lc-a to own every slot")
-    rig.gws.kill("lc-a", signal.SIGKILL)
-    event = time.monotonic()
-    _start(rig, "lc-b")
-    wait(lambda: rig.slots().get("lc-b") == 64, "lc-b to own every slot")
-    rig.caught_up_since("SIGKILL then a new id, the broker named in the registry", event)
-    rig.finish()
+    _dies_and_one_starts(rig, signal.SIGKILL, "lc-b", "then a new id, the broker named in the registry")
 
 
 @LIFECYCLE
