@@ -56,10 +56,12 @@ def test_answers_are_cached_with_the_identity_and_probed_again_when_it_changes(c
 def test_cluster_list_shows_what_was_found_and_where_the_registry_overrides_it(
     clusters: EphemeralClusters, cli: Callable[..., Run], tmp_path: object
 ) -> None:
-    run = cli("cluster", "list", "-probe", "true", "-json")
+    run = cli("cluster", "list", "-probe", "true", "-timeout", "30", "-json")  # a busy machine answers slowly
     assert run.code == 0, run.stderr
     rows = {r["cluster"]: r for r in run.data()}
     found = rows["newyork"]["brokers"]
+    probes = rows["newyork"]["probes"]
+    assert probes["exact_watermark"] is ON_NOIDA and probes["identity"] and probes["overrides"] == {}, probes
     assert f"watermark={'exact' if ON_NOIDA else 'short'}" in found, found
     assert "leave=" in found and "unknown" not in found.split("leave=")[1], "-probe waits for the LeaveGroup probe"
     # A property that contradicts a probe overrides it, and cluster list says so.

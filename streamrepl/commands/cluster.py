@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..cli import CONTEXT_SETTINGS, LazyGroup
@@ -43,6 +45,7 @@ def list_cmd(timeout: float, probe: bool) -> None:
     with ThreadPoolExecutor(max_workers=max(1, len(clusters))) as pool:
         answers = list(pool.map(lambda c: kafka.ping(c, timeout), clusters))
         found = list(pool.map(lambda c, ok: _found(c, ok, probe), clusters, answers))
+    columns = ["cluster", "default", "bootstrap.servers", "answers", "brokers", "properties"]
     rows = []
     for c, ok, what in zip(clusters, answers, found, strict=True):
         props = {k: v for k, v in c.masked().items() if k != "bootstrap.servers"}
@@ -52,19 +55,23 @@ def list_cmd(timeout: float, probe: bool) -> None:
                 "default": c.name == reg.default,
                 "bootstrap.servers": c.shown_bootstrap,
                 "answers": ok,
-                "brokers": what,
+                "brokers": what[0],
+                # -json only: each probe's answer (None: unknown), the identity they were found for, the overrides
+                "probes": what[1],
                 "properties": " ".join(f"{k}={v}" for k, v in sorted(props.items())),
             }
         )
-    output(rows)
+    output(rows, columns)
 
 
-def _found(cluster: Cluster, answers: bool, probe: bool) -> str:
-    """What the cluster's brokers were found to do (discovery.describe), probed now with -probe."""
+def _found(cluster: Cluster, answers: bool, probe: bool) -> tuple[str, dict[str, Any]]:
+    """What the cluster's brokers were found to do: one line (discovery.describe), and the answers for -json; probed
+    now with -probe."""
     from .. import discovery, kafka
+    from ..kafka import brokers
 
     if not answers:
-        return "-"
+        return "-", {}
     try:
         if probe:
             later = discovery.probe_leave_later(cluster, discovery.discover(cluster, force=True))
@@ -72,5 +79,8 @@ def _found(cluster: Cluster, answers: bool, probe: bool) -> str:
                 later.join()
         traits = discovery.cached(cluster)
     except (StreamreplError, kafka.KafkaException, OSError, TimeoutError) as e:
-        return f"not known ({type(e).__name__})"
-    return discovery.describe(cluster, traits)
+        return f"not known ({type(e).__name__})", {}
+    detail: dict[str, Any] = {"overrides": brokers.overridden(cluster)}
+    if traits is not None:
+        detail.update(traits.answers(), identity=traits.identity, probedAt=traits.probed_at)
+    return discovery.describe(cluster, traits), detail
