@@ -130,13 +130,39 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = errors[0].get("error", "")
         row["errorPartitions"] = len(errors)
-    pending_resync = journal.resync_note(str(src.path), entry.path, drec)
+    pending_resync = journal.resync_note(str(src.path), entry.path, drec) or journal.failback_note(
+        str(src.path), srec, entry.path
+    )
     if pending_resync and not errors:
         row["lasterror"] = pending_resync
     # Up to date: nothing pending, and a live gateway holds every partition (or the link is paused on purpose).
     caught_up = not errors and not unadopted and not pending_resync and row["putsPending"] == 0
     row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
+
+
+def failback_entry(srec: Stream, listed: set[str]) -> Replica | None:
+    """The old primary of a failback into `srec` that did not finish, as the replica entry it will have, while it is
+    not registered yet (deleted, or not set up again yet): `replica list` shows it, with failback_row."""
+    j = journal.failing_back(srec)
+    old = str(j.get("old", "")) if j is not None else ""
+    if not old or old in listed:
+        return None
+    cluster, _, stream = old.lstrip("/").partition("/")
+    return Replica(path=old, cluster=cluster, stream="/" + stream, paused=True, state=ReplicaState.CREATE_SCHEDULE)
+
+
+def failback_row(src: Any, srec: Stream, entry: Replica) -> dict[str, Any]:
+    """The state columns of link_row for a failback_entry: nothing measured, the failback's note."""
+    return {
+        "isUptodate": False,
+        "putsPending": 0,
+        "bytesPending": 0,
+        "minPendingTS": 0,
+        "maxPendingTS": 0,
+        "lasterror": journal.failback_note(str(src.path), srec, entry.path),
+        "errorPartitions": 0,
+    }
 
 
 def link_error(reg: Registry, src: Any, srec: Stream, entry: Replica) -> str | None:
