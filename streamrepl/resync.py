@@ -235,6 +235,14 @@ def _check_pending(src: Resolved, dst: Resolved, drec: Stream, j: dict[str, Any]
         )
 
 
+def _resuming(src: Resolved, dst: Resolved, j: dict[str, Any], say: dr.Say) -> None:
+    left = [s for s in journal.RESYNC_STEPS if s not in j.get("done", [])]
+    say(
+        f"an interrupted resync of {dst.path} from {src.path} (started {journal.iso(j.get('started'))}, topics"
+        f" {', '.join(j.get('topics', []))}) did {', '.join(j.get('done', []))}; left: {', '.join(left)}"
+    )
+
+
 def resync(
     reg: Registry,
     path: str,
@@ -258,14 +266,9 @@ def resync(
     begun: dict[str, Any] = {}
     if pending is not None:
         _check_pending(src, dst, drec, pending, topic)
-        left = [s for s in journal.RESYNC_STEPS if s not in pending.get("done", [])]
-        say(
-            f"an interrupted resync of {dst.path} from {src.path} (started {journal.iso(pending.get('started'))},"
-            f" topics {', '.join(pending.get('topics', []))}) did {', '.join(pending.get('done', []))}; left:"
-            f" {', '.join(left)}"
-        )
         rows: list[dict[str, Any]] = list(pending.get("rows", []))
         if dryrun:
+            _resuming(src, dst, pending, say)
             return rows
     else:
         _check(src, srec, dst, drec, topic)
@@ -319,6 +322,7 @@ def resync(
             oplock.step_done("resync", 1)
         else:
             j = found
+            _resuming(src, dst, j, say)  # once the lock is held: a run that holds it is not interrupted
         _Run(reg, src, dst, now, j, lock, say, ends, copy, master, wait_released).run(resumed=pending is not None)
     return rows
 

@@ -429,3 +429,35 @@ def test_two_promotes_at_once_one_refuses(ec: EphemeralClusters, tmp_path: Path)
         assert f"{ny} is writable" in err, err
         gws.stop_all()
     check_promoted(ec, before)
+
+
+def test_two_resyncs_at_once_the_second_refuses_and_changes_nothing(ec: EphemeralClusters, tmp_path: Path) -> None:
+    """Two real processes: the first is frozen (SIGSTOP) once its journal is written, holding the lock; the second
+    refuses in one line and changes nothing (links, records, metadata); the first, let go, completes."""
+    reg = ec.registry_path
+    sf, ny, before = resync_pair(ec)
+    first = subprocess.Popen(
+        [STREAMREPL_BIN, *resync_args(sf, ny)],
+        env={**os.environ, "STREAMREPL_CLUSTERS": str(reg)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(lambda: record(reg, ny).resync is not None, 60, "the first run's journal", interval=0.02)
+    first.send_signal(signal.SIGSTOP)
+    try:
+        sf_held, ny_held = record(reg, sf), record(reg, ny)
+        ny_recs = before.records(ny)
+        second = cli(*resync_args(sf, ny), registry=reg, check=False)
+        line = one_error_line(second)
+        assert f"a resync of {ny} is running (owner " in line and "nothing was changed" in line, line
+        assert (record(reg, sf).to_json(), record(reg, ny).to_json()) == (sf_held.to_json(), ny_held.to_json())
+        assert before.records(ny) == ny_recs
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    aside = record(reg, ny).resync
+    assert aside is None
+    (made,) = [r["path"] for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
+    check_resynced(ec, before, made, tmp_path)
