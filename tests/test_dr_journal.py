@@ -130,7 +130,10 @@ def promote_crash_test(ec: EphemeralClusters, step: int) -> None:
         assert f"completed an interrupted promote of {ny}" in again.stderr, again.stderr
     else:
         assert f"{ny} was promoted from {sf} at " in again.stderr and "nothing left to do" in again.stderr
-    assert again.json()["data"] == [{"path": ny, "promotedfrom": sf, "writable": True, "dryrun": False}]
+    head = ("path", "promotedfrom", "writable", "dryrun", "topic", "partition")
+    assert [tuple(row[k] for k in head) for row in again.json()["data"]] == [
+        (ny, sf, True, False, "t", p) for p in range(TOPICS["t"])
+    ]
     check_promoted(ec, before)
 
 
