@@ -142,6 +142,13 @@ def failback(
             if old_rec is None:
                 raise NotFound(f"stream {old_r.path} was deleted meanwhile; nothing was changed")
             dr._check_failback(reg, new_r, new_rec, old_r, old_rec)  # again: another run may have finished meanwhile
+            made = streams.resolve(reg, str(begun["aside"]))
+            if begun["asidenew"] and made.store.get(made.path.path) is not None:
+                # another run made it since the plan: this one must neither copy over it nor delete it on a roll back
+                raise StreamreplError(
+                    f"{made.path} was made since this failback planned it (another failback ran meanwhile?); nothing"
+                    f" was changed: see 'streamrepl stream replica list -path {new_r.path}'"
+                )
         if old_rec is not None and not old_rec.deleting and (found is None or old_rec.uuid == found.get("olduuid")):
             held.enter_context(oplock.holding(old_r, "failback"))  # gone with the old primary once it is deleted
         if found is None:

@@ -235,6 +235,23 @@ def _check_pending(src: Resolved, dst: Resolved, drec: Stream, j: dict[str, Any]
         )
 
 
+def _check_unchanged(reg: Registry, dst: Resolved, begun: dict[str, Any]) -> None:
+    """The replica's topics to rebuild still end where the plan saw them, and its set-aside stream is still to be
+    made if it was: else the plan is stale (another resync ran meanwhile), and going on would copy the rebuilt
+    replica over the other run's set-aside copy, or delete it on a roll back."""
+    planned: dict[str, list[int]] = begun["ends"]
+    found = kafka.topic_ends(dst.cluster, [kafka_topic_name(dst.path, t) for t in planned])
+    now = {
+        t: [found.get((kafka_topic_name(dst.path, t), p), 0) for p in range(len(ends))] for t, ends in planned.items()
+    }
+    aside = streams.resolve(reg, str(begun["aside"]))
+    if now != planned or (begun["asidenew"] and aside.store.get(aside.path.path) is not None):
+        raise StreamreplError(
+            f"{dst.path} changed since this resync planned it (another resync may have run meanwhile); nothing was"
+            " changed: see 'streamrepl stream replica list', and run resync again if it still shows a divergence"
+        )
+
+
 def _resuming(src: Resolved, dst: Resolved, j: dict[str, Any], say: dr.Say) -> None:
     left = [s for s in journal.RESYNC_STEPS if s not in j.get("done", [])]
     say(
@@ -310,6 +327,7 @@ def resync(
         ):
             raise StreamreplError(f"another resync of {dst.path} ran meanwhile; nothing was changed: run resync again")
         if found is None:
+            _check_unchanged(reg, dst, begun)  # another resync may have rebuilt it between the plan and the lock
             j = {**begun, "started": int(time.time() * 1000)}
 
             def begin(current: Stream | None) -> Stream:

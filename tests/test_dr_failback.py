@@ -24,7 +24,8 @@ from support.streams import assert_identical, cli, cli_data, produce, read_all, 
 from test_divergence import write
 from test_dr_journal import TOPICS, crash_run, key, record, replicated_pair
 
-from streamrepl import policy
+from streamrepl import failback, oplock, policy, registry, streams
+from streamrepl.errors import StreamreplError
 from streamrepl.journal import FAILBACK_STEPS
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -223,3 +224,23 @@ def test_two_failbacks_at_once_the_second_refuses_and_changes_nothing(ec: Epheme
     pair.check_failed_back()
     # Once it is done, a third run refuses as well: the old primary is the new one's replica now.
     assert "already registered as a replica" in one_error_line(cli(*pair.args(), registry=pair.reg, check=False))
+
+
+def test_a_failback_planned_before_another_one_finished_refuses_and_changes_nothing(
+    ec: EphemeralClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second run plans, then the first (a process of its own) completes before the second takes the lock: the
+    second must refuse without deleting the old primary again or touching the first one's set-aside copy."""
+    pair = Pair(ec)
+    real = oplock.holding
+
+    def after_the_other(r: streams.Resolved, command: str):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(oplock, "holding", real)
+        cli(*pair.args(), registry=pair.reg)
+        return real(r, command)
+
+    monkeypatch.setattr(oplock, "holding", after_the_other)
+    with pytest.raises(StreamreplError) as refused:
+        failback.failback(registry.load(str(pair.reg)), pair.ny, pair.sf)
+    assert "already registered as a replica" in str(refused.value), refused.value
+    pair.check_failed_back()

@@ -38,7 +38,8 @@ from support.streams import (
 )
 from test_divergence import recreate_topic, write
 
-from streamrepl import policy, registry, statustopic, streams
+from streamrepl import oplock, policy, registry, resync, statustopic, streams
+from streamrepl.errors import StreamreplError
 from streamrepl.journal import PROMOTE_STEPS, RESYNC_STEPS
 from streamrepl.local import EphemeralClusters
 from streamrepl.model import Stream
@@ -464,3 +465,27 @@ def test_two_resyncs_at_once_the_second_refuses_and_changes_nothing(ec: Ephemera
     assert aside is None
     (made,) = [r["path"] for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
     check_resynced(ec, before, made, tmp_path)
+
+
+def test_a_resync_planned_before_another_one_finished_refuses_and_changes_nothing(
+    ec: EphemeralClusters, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two resyncs at once where the second plans before the first takes the lock and takes it after the first
+    released it: its plan is stale (the replica was rebuilt meanwhile). It must refuse, not pause, copy aside and
+    roll back over the first one's work."""
+    reg = ec.registry_path
+    sf, ny, before = resync_pair(ec)
+    real = oplock.holding
+
+    def after_the_other(r: streams.Resolved, command: str):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(oplock, "holding", real)
+        cli(*resync_args(sf, ny), registry=reg)  # the other run, a process of its own, completes meanwhile
+        return real(r, command)
+
+    monkeypatch.setattr(oplock, "holding", after_the_other)
+    with pytest.raises(StreamreplError) as refused:
+        resync.resync(registry.load(str(reg)), sf, ny, topic="t")
+    assert f"{ny} changed since this resync planned it" in str(refused.value), refused.value
+    assert "nothing was changed" in str(refused.value), refused.value
+    (aside,) = [r["path"] for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
+    check_resynced(ec, before, aside, tmp_path)
