@@ -169,6 +169,16 @@ def failback(
     return rows
 
 
+def _interrupt_or(e: BaseException) -> StreamreplError | KeyboardInterrupt:
+    """`e` as the step's failure or interrupt; any other SystemError goes on up."""
+    if isinstance(e, StreamreplError):
+        return e
+    found = oplock.interrupt_in(e)
+    if found is None:
+        raise e
+    return found
+
+
 class _Run:
     """The steps of one failback (journal.FAILBACK_STEPS) not done yet, each marked done in its journal once it is."""
 
@@ -220,7 +230,8 @@ class _Run:
         again = command(self.new, self.old)
         try:
             self._prepare()
-        except (StreamreplError, KeyboardInterrupt) as e:
+        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+            e = _interrupt_or(e)
             # The old primary is as it was: undone rather than left half done for a rerun.
             undone = self._roll_back()
             text = f"rolled back {what}: {undone}; nothing of {self.old} was changed: run {again} again"
@@ -229,7 +240,8 @@ class _Run:
             raise StreamreplError(f"{e}; {text}") from None
         try:
             self._finish()
-        except (StreamreplError, KeyboardInterrupt) as e:
+        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+            e = _interrupt_or(e)
             why = f" ({e})" if isinstance(e, StreamreplError) else ""
             text = (
                 f"{what} stopped after the history of {self.old} was set aside in {self.aside}{why}; its journal"

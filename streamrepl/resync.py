@@ -349,6 +349,16 @@ class _RollBack(StreamreplError):
     """The resync cannot go on; nothing of the replica was changed yet: its journal is undone."""
 
 
+def _interrupt_or(e: BaseException) -> StreamreplError | KeyboardInterrupt:
+    """`e` as the step's failure or interrupt; any other SystemError goes on up."""
+    if isinstance(e, StreamreplError):
+        return e
+    found = oplock.interrupt_in(e)
+    if found is None:
+        raise e
+    return found
+
+
 class _Run:
     """The steps of one resync (journal.RESYNC_STEPS) not done yet, each marked done in its journal once it is."""
 
@@ -401,7 +411,8 @@ class _Run:
         what = f"{'the interrupted' if resumed else 'the'} resync of {self.dst.path} from {self.src.path}"
         try:
             self._prepare()
-        except (StreamreplError, KeyboardInterrupt) as e:
+        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+            e = _interrupt_or(e)
             # Nothing of the replica changed yet: undone rather than left paused for a rerun.
             undone = self._roll_back()
             text = f"rolled back {what}: {undone}; nothing of {self.dst.path} was changed: run resync again"
@@ -410,7 +421,8 @@ class _Run:
             raise _RollBack(f"{e}; {text}") from None
         try:
             self._finish()
-        except (StreamreplError, KeyboardInterrupt) as e:
+        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+            e = _interrupt_or(e)
             why = f" ({e})" if isinstance(e, StreamreplError) else ""
             text = (
                 f"{what} stopped after its set-aside copy {self.j.get('aside')} was checked{why}; its journal keeps"

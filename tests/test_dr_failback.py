@@ -244,3 +244,18 @@ def test_a_failback_planned_before_another_one_finished_refuses_and_changes_noth
         failback.failback(registry.load(str(pair.reg)), pair.ny, pair.sf)
     assert "already registered as a replica" in str(refused.value), refused.value
     pair.check_failed_back()
+
+
+def test_an_interrupt_that_a_callback_turned_into_a_system_error_is_the_interrupt() -> None:
+    """Seen on noida-db: SIGTERM while autosetup's copy ran ended failback with 'unexpected SystemError: <method
+    'startswith' of 'str' objects> returned a result with an exception set', no advice, exit 1."""
+    try:
+        try:
+            raise KeyboardInterrupt("stop")
+        except KeyboardInterrupt:
+            raise SystemError("<method 'startswith' of 'str' objects> returned a result with an exception set")  # noqa: B904
+    except SystemError as e:
+        found = oplock.interrupt_in(e)
+    assert isinstance(found, KeyboardInterrupt) and str(found) == "stop"
+    assert oplock.interrupt_in(SystemError("a real one")) is None
+    assert oplock.interrupt_in(StreamreplError("not an interrupt")) is None

@@ -303,13 +303,14 @@ def test_resync_stopped_by_sigterm_rolls_back_or_is_completed(
     out, err = proc.communicate(timeout=120)
     assert "Traceback" not in out + err, err
     j = record(reg, ny).resync
-    if proc.returncode == 0:
+    # Completed, though the signal may have come after its last step, before it exited (seen on noida-db).
+    if proc.returncode == 0 or (j is None and f"replicating {sf} -> {ny} again" in err):
         aside = [r for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
         check_resynced(ec, before, aside[0]["path"], tmp_path)
     elif j is None:  # stopped before its journal, or rolled back: as it was
         assert proc.returncode != 143 or "rolled back" in err or "interrupted" in err, err
-        assert link_of(reg, sf, ny) == (False, "REPLICA_STATE_REPLICATING")
-        assert not [r for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
+        assert link_of(reg, sf, ny) == (False, "REPLICA_STATE_REPLICATING"), err
+        assert not [r for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")], err
         assert key(before.records(ny)) == key(before.ny_recs)
     else:
         assert proc.returncode != 143 or "again to complete it" in err, err
