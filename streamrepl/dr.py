@@ -1,4 +1,5 @@
-"""Disaster recovery: `stream replica failback`, and what it shares with promote (promote.py) and resync.
+"""Disaster recovery: what `stream replica failback` (failback.py runs it), promote (promote.py) and resync share:
+the plan of a failback, its checks, and the set-aside copy.
 
 failback (Cluster Linking's truncate-and-restore, done without truncating anything)
     Once the old primary's cluster answers again, it becomes a replica of the new primary. Whatever it holds is first
@@ -20,9 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from . import kafka, policy, statustopic, streams
-from .autosetup import autosetup
-from .bulk.copystream import copystream
-from .errors import InvalidArgument, NotFound, StreamreplError
+from .errors import InvalidArgument, StreamreplError
 from .journal import promoting as _running
 from .model import Stream
 from .paths import kafka_topic_name
@@ -208,53 +207,3 @@ def _set_aside(
                 f"{aside}:{pp.topic}[{pp.partition}] ends at {have[0] if have else 'nothing'}, not where"
                 f" {old_r.path} ends ({pp.old_end}); nothing was deleted: run {command} again"
             )
-
-
-def failback(
-    reg: Registry,
-    path: str,
-    replica: str,
-    *,
-    dryrun: bool = False,
-    master: str | None = None,
-    say: Say = quiet,
-    ends: Ends = kafka.topic_ends,
-    copy: Callable[..., Any] = copystream,
-    setup: Callable[..., dict[str, Any]] = autosetup,
-) -> list[dict[str, Any]]:
-    """Make the old primary `replica` a replica of the new primary `path`; see the module doc."""
-    new_r, new_rec = streams.load(reg, path)
-    old_r = streams.resolve(reg, replica)
-    if old_r.store.get(old_r.path.path) is None:
-        raise NotFound(
-            f"stream {old_r.path} does not exist; if an earlier failback stopped after setting it aside, finish"
-            f" with 'streamrepl stream replica autosetup -path {new_r.path} -replica {old_r.path}'"
-        )
-    old_r, old_rec = streams.load(reg, replica)
-    streams.check_perm(new_rec, "adminperm", new_r.path, "add replicas")
-    streams.check_perm(old_rec, "adminperm", old_r.path, "delete it")
-    _check_failback(reg, new_r, new_rec, old_r, old_rec)
-    plan, from_promotion = plan_failback(old_r, old_rec, new_r, new_rec, ends)
-    aside = aside_path(old_r)
-    if not from_promotion:
-        say(f"{new_r.path} has no promotion point from {old_r.path}: its current ends stand for the fork")
-    say(f"copy {old_r.path} whole into {aside} (offsets kept) and check it partition by partition")
-    for pp in plan:
-        say(
-            f"  {pp.topic}[{pp.partition}]: {old_r.path} ends at {pp.old_end}, {new_r.path} at {pp.new_end};"
-            f" {pp.diverged} records past offset {pp.fork} are set aside"
-        )
-    others = [e.path for e in old_rec.replicas if e.path != str(new_r.path)]
-    if others:
-        say(f"{old_r.path} loses its replica entries ({', '.join(others)}): add them again on {new_r.path}")
-    say(f"delete {old_r.path}, create it again as a replica of {new_r.path}, copy and start replication")
-    say(f"its consumer groups' cursors come back from {new_r.path} once a gateway of {old_r.cluster.name} runs")
-    rows = [pp.row(str(old_r.path), str(new_r.path), aside) for pp in plan]
-    if dryrun:
-        return rows
-    _set_aside(reg, old_r, old_rec, aside, plan, ends, copy, master)
-    say(f"set aside: {aside} holds {old_r.path} whole")
-    streams.delete(reg, str(old_r.path))
-    say(f"deleted {old_r.path}")
-    setup(reg, str(new_r.path), str(old_r.path), master=master, say=say)
-    return rows

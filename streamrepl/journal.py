@@ -1,7 +1,8 @@
 """The journals the DR commands keep in a stream's metadata record, and what other commands make of them.
 
-`replica promote` keeps its journal in Stream.promotion (dr.py writes it), `replica resync` in Stream.resync
-(resync.py writes it): the steps, those done, and what a rerun needs to complete (or roll back) a run that died.
+`replica promote` keeps its journal in Stream.promotion (promote.py writes it), `replica resync` in Stream.resync
+(resync.py writes it), `replica failback` in the new primary's Stream.failback (failback.py writes it; the old
+primary is deleted on the way): the steps, those done, and what a rerun needs to complete (or roll back) a run that died.
 Readers elsewhere (`replica list`, failback) go through the functions here, which know the shapes.
 """
 
@@ -16,6 +17,8 @@ from .model import Stream
 PROMOTE_STEPS = ("journal", "upstreams", "released", "point", "identity")
 #: The steps of resync, in order. Until "rebuild" the replica is as it was: a run that cannot go on rolls back.
 RESYNC_STEPS = ("journal", "pause", "released", "aside", "rebuild", "resume")
+#: The steps of failback, in order. Until "delete" the old primary is as it was: a run that cannot go on rolls back.
+FAILBACK_STEPS = ("journal", "aside", "delete", "setup")
 
 
 def iso(ms: Any) -> str:
@@ -39,6 +42,26 @@ def resyncing(rec: Stream | None) -> dict[str, Any] | None:
     """The journal of a resync of the replica that has not finished or rolled back."""
     j = rec.resync if rec is not None else None
     return j if isinstance(j, dict) else None
+
+
+def failing_back(rec: Stream | None) -> dict[str, Any] | None:
+    """The journal of a failback into the stream (the new primary) that has not finished or rolled back."""
+    j = rec.failback if rec is not None else None
+    return j if isinstance(j, dict) else None
+
+
+def failback_note(new: str, rec: Stream, old: str) -> str:
+    """What `replica list` of the new primary `new` (its record `rec`) says of its replica `old` while a failback of
+    `old` did not finish; "" otherwise."""
+    j = failing_back(rec)
+    if j is None or j.get("old") != old:
+        return ""
+    kept = f"; the history of {old} is set aside in {j.get('aside')}" if "aside" in j.get("done", []) else ""
+    return (
+        f"a failback of {old} from {new} did not finish (started {iso(j.get('started'))}, done:"
+        f" {', '.join(j.get('done', []))}){kept}: run 'streamrepl stream replica failback -path {new} -replica {old}'"
+        " again to complete it or roll it back"
+    )
 
 
 def promotion_note(src: str, replica: str, uuid: str, drec: Stream) -> str:

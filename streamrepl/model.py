@@ -210,12 +210,17 @@ class Stream(Stored):
     #: and the uuid the stream had before it took over the identity of the history it holds; also the promote's
     #: journal (its steps and those done) while it runs
     promotion: dict[str, Any] | None = None
-    #: held by a running promote or resync of this stream (oplock.py owns its shape)
+    #: held by a running promote, resync or failback of this stream (oplock.py owns its shape)
     oplock: dict[str, Any] | None = None
     #: the journal of a resync of this replica, there until it completed or rolled back (resync.py owns its shape)
     resync: dict[str, Any] | None = None
+    #: the journal of a failback of an old primary into this stream, there until it completed or rolled back
+    #: (failback.py owns its shape)
+    failback: dict[str, Any] | None = None
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"copylock", "deleting", "promotion", "oplock", "resync"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"copylock", "deleting", "promotion", "oplock", "resync", "failback"}
+    )
     CONVERT: ClassVar[dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]] = {
         "topics": (_topics_from, _topics_to),
         "replicas": (lambda es: [Replica.from_json(e) for e in es], lambda es: [e.to_json() for e in es]),

@@ -72,6 +72,20 @@ def holding(r: streams.Resolved, command: str) -> Iterator[OpLock]:
         lock.release()
 
 
+def interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt (Ctrl-C, or SIGTERM under sigterm_interrupts) that `e` is, or that ended as a SystemError: a
+    signal's exception raised while confluent_kafka ran a Python callback comes back wrapped so ("<method ...>
+    returned a result with an exception set"), and must stop the command as the interrupt it is."""
+    seen: BaseException | None = e
+    for _ in range(4):
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        if not isinstance(seen, SystemError):
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def step_done(command: str, step: int) -> None:
     """The test hook: exit hard, as a crash or SIGKILL would, right after `command`'s step `step` when
     $STREAMREPL_CRASH_AFTER_STEP names it (no clean-up, no lock released, nothing flushed but this line)."""

@@ -4,7 +4,9 @@ is lost.
 Only the replica's half of each inbound link is removed (its upstream entries): the source's cluster may be
 unreachable, and a link runs only while both halves agree, so that alone stops it. The command then waits until no
 live gateway of the replica's cluster still writes into it (the status topic's reports, as a delete waits) before
-calling it writable. The consumer groups' cursors are already on the replica (cursor replication); nothing is done to
+calling it writable. It reports its cut (promotecut.py): per partition, the last record the replica got, the spread
+across partitions and, when the lost source still answers (asked with a short timeout), what the replica lacks.
+The consumer groups' cursors are already on the replica (cursor replication); nothing is done to
 them. The replica's end of every partition at that moment, the promotion point, is kept in its metadata record:
 failback (dr.py) needs it to tell the old primary's diverged tail from the history both share. The promoted stream
 also takes over the UUID of the history it holds (the origin its records carry, policy.py): a copy's partition holds
@@ -18,7 +20,8 @@ next one; one run at a time holds the stream (oplock.py).
 The promotion point kept in the promoted stream's record (model.Stream.promotion):
 `{"from": [old primary paths], "at": ms, "ends": {topic: [end of partition 0, 1, ...]}, "uuid": previous uuid}`, and
 the journal beside it: "state" ("running", then "complete"; records without it are complete), "steps" and "done",
-"started" (ms), "upstreams" (the removed entries), "identity" (the uuid taken over).
+"started" (ms), "upstreams" (the removed entries), "identity" (the uuid taken over), "cut" (the rows of
+promotecut.py, reported again by a rerun).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import kafka, oplock, policy, replicas, settings, statustopic, streams
+from . import kafka, oplock, policy, promotecut, replicas, settings, statustopic, streams
 from .dr import Ends, Say, Waiter, ends_by_topic, quiet
 from .errors import InvalidArgument, NotFound, StreamreplError
 from .journal import PROMOTE_STEPS
@@ -84,8 +87,13 @@ def _check_promote(r: streams.Resolved, rec: Stream) -> None:
         )
 
 
-def _promoted_row(r: streams.Resolved, sources: list[str], writable: bool, dryrun: bool) -> list[dict[str, Any]]:
-    return [{"path": str(r.path), "promotedfrom": ",".join(sources), "writable": writable, "dryrun": dryrun}]
+def _promoted_row(
+    r: streams.Resolved, sources: list[str], writable: bool, dryrun: bool, cut: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """One row per partition with its cut (promotecut.py), or one row when there is none (no partition, or a
+    promotion recorded before cuts were)."""
+    head = {"path": str(r.path), "promotedfrom": ",".join(sources), "writable": writable, "dryrun": dryrun}
+    return [{**head, **{c: k.get(c) for c in promotecut.COLUMNS}} for k in cut] if cut else [head]
 
 
 def promote(
@@ -97,30 +105,35 @@ def promote(
     ends: Ends = kafka.topic_ends,
     wait_released: Waiter = statustopic.wait_released,
 ) -> list[dict[str, Any]]:
-    """Make the replica `path` the writable primary; see the module doc. Never contacts its sources' clusters."""
+    """Make the replica `path` the writable primary; see the module doc. Its source is only read, with a short
+    timeout, to report what the replica lacks."""
     settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
     r, rec = streams.load(reg, path)
     _check_promote(r, rec)
     if dryrun:
-        return _promote_plan(r, rec, say, dryrun=True)
+        return _promote_plan(reg, r, rec, say, ends, dryrun=True)
     # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
     # already: the lock of a run that died after its last step goes with it).
     with oplock.holding(r, "promote") as lock:
         r, rec = streams.load(reg, path)
         _check_promote(r, rec)
         return _promote_plan(
+            reg,
             r,
             rec,
             say,
+            ends,
             dryrun=False,
             steps=lambda sources: _promote(reg, r, rec, sources, lock, say, ends, wait_released),
         )
 
 
 def _promote_plan(
+    reg: Registry,
     r: streams.Resolved,
     rec: Stream,
     say: Say,
+    ends: Ends,
     dryrun: bool,
     steps: Callable[[list[str]], list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
@@ -129,7 +142,7 @@ def _promote_plan(
     if journal is None and not rec.upstreams and rec.promotion:
         sources = list(rec.promotion.get("from", []))
         say(f"{r.path} was promoted from {', '.join(sources)} at {_iso(rec.promotion.get('at'))}: nothing left to do")
-        return _promoted_row(r, sources, True, dryrun)
+        return _promoted_row(r, sources, True, dryrun, rec.promotion.get("cut"))
     sources = list(journal["from"]) if journal else [e.path for e in rec.upstreams]
     done = list(journal.get("done", [])) if journal else []
     if journal:
@@ -145,7 +158,13 @@ def _promote_plan(
     if "point" not in done:
         say(f"record the end of every partition of {r.path} as its promotion point; cursors stay as replicated")
     if dryrun or steps is None:
-        return _promoted_row(r, sources, False, True)
+        # The cut as it would be now (the gateways may still be writing): what the replica holds and lacks.
+        cut = (journal or {}).get("cut") or promotecut.rows(
+            promotecut.measure(reg, r, ends_by_topic(r, rec, ends), sources[0] if len(sources) == 1 else None)
+        )
+        for line in promotecut.describe(str(r.path), ", ".join(sources), cut):
+            say(line)
+        return _promoted_row(r, sources, False, True, cut)
     return steps(sources)
 
 
@@ -239,7 +258,11 @@ def _promote(
             identity = found[0] if len(found) == 1 else (removed[0] if removed else rec.uuid)
             if len(found) > 1:
                 say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
-            rec = mark("point", ends=point, identity=identity)
+            cut = promotecut.rows(promotecut.measure(reg, r, point, sources[0] if len(sources) == 1 else None))
+            rec = mark("point", ends=point, identity=identity, cut=cut)
+        cut = list((_running(rec) or {}).get("cut") or [])
+        for line in promotecut.describe(str(r.path), ", ".join(sources), cut):
+            say(line)
         identity = str((_running(rec) or {}).get("identity", rec.uuid))
         say(f"{r.path} takes over the identity {identity} of the history it holds")
 
@@ -262,4 +285,4 @@ def _promote(
     if resumed:
         say(f"completed an interrupted promote of {r.path}")
     say(f"{r.path} is writable")
-    return _promoted_row(r, sources, True, False)
+    return _promoted_row(r, sources, True, False, cut)

@@ -343,7 +343,8 @@ def link_error(reg: Registry, path: str, replica: str) -> tuple[bool, str | None
 def list_replicas(reg: Registry, path: str, refreshnow: bool = False) -> list[dict[str, Any]]:
     src, srec = load(reg, path)
     rows = []
-    for e in srec.replicas:
+    pending = link_status.failback_entry(srec, {e.path for e in srec.replicas})
+    for e in [*srec.replicas, *([pending] if pending else [])]:
         row: dict[str, Any] = {
             "cluster": e.cluster,
             "stream": e.stream,
@@ -358,6 +359,8 @@ def list_replicas(reg: Registry, path: str, refreshnow: bool = False) -> list[di
             "networkcompression": e.networkcompression,
             "uuid": e.uuid,
         }
-        row.update(link_status.link_row(reg, src, srec, e))
+        row.update(
+            link_status.link_row(reg, src, srec, e) if e is not pending else link_status.failback_row(src, srec, e)
+        )
         rows.append(row)
     return rows

@@ -235,6 +235,31 @@ def _check_pending(src: Resolved, dst: Resolved, drec: Stream, j: dict[str, Any]
         )
 
 
+def _check_unchanged(reg: Registry, dst: Resolved, begun: dict[str, Any]) -> None:
+    """The replica's topics to rebuild still end where the plan saw them, and its set-aside stream is still to be
+    made if it was: else the plan is stale (another resync ran meanwhile), and going on would copy the rebuilt
+    replica over the other run's set-aside copy, or delete it on a roll back."""
+    planned: dict[str, list[int]] = begun["ends"]
+    found = kafka.topic_ends(dst.cluster, [kafka_topic_name(dst.path, t) for t in planned])
+    now = {
+        t: [found.get((kafka_topic_name(dst.path, t), p), 0) for p in range(len(ends))] for t, ends in planned.items()
+    }
+    aside = streams.resolve(reg, str(begun["aside"]))
+    if now != planned or (begun["asidenew"] and aside.store.get(aside.path.path) is not None):
+        raise StreamreplError(
+            f"{dst.path} changed since this resync planned it (another resync may have run meanwhile); nothing was"
+            " changed: see 'streamrepl stream replica list', and run resync again if it still shows a divergence"
+        )
+
+
+def _resuming(src: Resolved, dst: Resolved, j: dict[str, Any], say: dr.Say) -> None:
+    left = [s for s in journal.RESYNC_STEPS if s not in j.get("done", [])]
+    say(
+        f"an interrupted resync of {dst.path} from {src.path} (started {journal.iso(j.get('started'))}, topics"
+        f" {', '.join(j.get('topics', []))}) did {', '.join(j.get('done', []))}; left: {', '.join(left)}"
+    )
+
+
 def resync(
     reg: Registry,
     path: str,
@@ -258,14 +283,9 @@ def resync(
     begun: dict[str, Any] = {}
     if pending is not None:
         _check_pending(src, dst, drec, pending, topic)
-        left = [s for s in journal.RESYNC_STEPS if s not in pending.get("done", [])]
-        say(
-            f"an interrupted resync of {dst.path} from {src.path} (started {journal.iso(pending.get('started'))},"
-            f" topics {', '.join(pending.get('topics', []))}) did {', '.join(pending.get('done', []))}; left:"
-            f" {', '.join(left)}"
-        )
         rows: list[dict[str, Any]] = list(pending.get("rows", []))
         if dryrun:
+            _resuming(src, dst, pending, say)
             return rows
     else:
         _check(src, srec, dst, drec, topic)
@@ -307,6 +327,7 @@ def resync(
         ):
             raise StreamreplError(f"another resync of {dst.path} ran meanwhile; nothing was changed: run resync again")
         if found is None:
+            _check_unchanged(reg, dst, begun)  # another resync may have rebuilt it between the plan and the lock
             j = {**begun, "started": int(time.time() * 1000)}
 
             def begin(current: Stream | None) -> Stream:
@@ -319,12 +340,23 @@ def resync(
             oplock.step_done("resync", 1)
         else:
             j = found
+            _resuming(src, dst, j, say)  # once the lock is held: a run that holds it is not interrupted
         _Run(reg, src, dst, now, j, lock, say, ends, copy, master, wait_released).run(resumed=pending is not None)
     return rows
 
 
 class _RollBack(StreamreplError):
     """The resync cannot go on; nothing of the replica was changed yet: its journal is undone."""
+
+
+def _interrupt_or(e: BaseException) -> StreamreplError | KeyboardInterrupt:
+    """`e` as the step's failure or interrupt; any other SystemError goes on up."""
+    if isinstance(e, StreamreplError):
+        return e
+    found = oplock.interrupt_in(e)
+    if found is None:
+        raise e
+    return found
 
 
 class _Run:
@@ -379,7 +411,8 @@ class _Run:
         what = f"{'the interrupted' if resumed else 'the'} resync of {self.dst.path} from {self.src.path}"
         try:
             self._prepare()
-        except (StreamreplError, KeyboardInterrupt) as e:
+        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+            e = _interrupt_or(e)
             # Nothing of the replica changed yet: undone rather than left paused for a rerun.
             undone = self._roll_back()
             text = f"rolled back {what}: {undone}; nothing of {self.dst.path} was changed: run resync again"
@@ -388,7 +421,8 @@ class _Run:
             raise _RollBack(f"{e}; {text}") from None
         try:
             self._finish()
-        except (StreamreplError, KeyboardInterrupt) as e:
+        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+            e = _interrupt_or(e)
             why = f" ({e})" if isinstance(e, StreamreplError) else ""
             text = (
                 f"{what} stopped after its set-aside copy {self.j.get('aside')} was checked{why}; its journal keeps"

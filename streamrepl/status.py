@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from . import journal, kafka, topics
+from . import journal, kafka, policy, topics
+from .divergence import resync_hint
 from .metastore import MetaStore
 from .model import Replica, ReplicaState, Stream
 from .paths import StreamPath, kafka_topic_name
@@ -126,17 +127,95 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
             units = [Unit(dst_path, t, p).key for t, p in pairs if not srec.topics[t].deleting]
             held = not unheld(gateways, units)
     errors = _partition_errors(reports)
+    lost, nlost = _lost_own_records(src, srec, entry, drec, src_ends, dst_ends, pairs) if not errors else ("", 0)
+    if lost:
+        row["replicaState"] = str(ReplicaState.ERROR)
+        row["lasterror"] = lost
+        row["errorPartitions"] = nlost
     if errors:
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = errors[0].get("error", "")
         row["errorPartitions"] = len(errors)
-    pending_resync = journal.resync_note(str(src.path), entry.path, drec)
+    pending_resync = journal.resync_note(str(src.path), entry.path, drec) or journal.failback_note(
+        str(src.path), srec, entry.path
+    )
     if pending_resync and not errors:
         row["lasterror"] = pending_resync
     # Up to date: nothing pending, and a live gateway holds every partition (or the link is paused on purpose).
-    caught_up = not errors and not unadopted and not pending_resync and row["putsPending"] == 0
+    caught_up = not errors and not lost and not unadopted and not pending_resync and row["putsPending"] == 0
     row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
+
+
+def failback_entry(srec: Stream, listed: set[str]) -> Replica | None:
+    """The old primary of a failback into `srec` that did not finish, as the replica entry it will have, while it is
+    not registered yet (deleted, or not set up again yet): `replica list` shows it, with failback_row."""
+    j = journal.failing_back(srec)
+    old = str(j.get("old", "")) if j is not None else ""
+    if not old or old in listed:
+        return None
+    cluster, _, stream = old.lstrip("/").partition("/")
+    return Replica(path=old, cluster=cluster, stream="/" + stream, paused=True, state=ReplicaState.CREATE_SCHEDULE)
+
+
+def failback_row(src: Any, srec: Stream, entry: Replica) -> dict[str, Any]:
+    """The state columns of link_row for a failback_entry: nothing measured, the failback's note."""
+    return {
+        "isUptodate": False,
+        "putsPending": 0,
+        "bytesPending": 0,
+        "minPendingTS": 0,
+        "maxPendingTS": 0,
+        "lasterror": journal.failback_note(str(src.path), srec, entry.path),
+        "errorPartitions": 0,
+    }
+
+
+def _lost_own_records(
+    src: Any,
+    srec: Stream,
+    entry: Replica,
+    drec: Stream,
+    src_ends: dict[tuple[str, int], int],
+    dst_ends: dict[tuple[str, int], int],
+    pairs: list[tuple[str, int]],
+) -> tuple[str, int]:
+    """In a multi-master pair (the replica is also an upstream of the source): the replica lost records it had
+    written and the source holds (its broker came back without them). Records are never copied back to their
+    origin, so this link cannot catch up: the source's records past the replica's end are the replica's own. The
+    link the other way is the one that diverged (divergence.py); its resync is the fix of both. What to say of the
+    first such partition and how many there are ("", 0: none)."""
+    if srec.upstream(entry.path) is None:
+        return "", 0
+    dst_path = StreamPath(entry.cluster, entry.stream)
+    found: list[tuple[str, int, int, int]] = []
+    c = kafka.consumer(src.cluster)
+    try:
+        for topic, p in pairs:
+            s_tp = (kafka_topic_name(src.path, topic), p)
+            s_end, d_end = src_ends.get(s_tp, 0), dst_ends.get((kafka_topic_name(dst_path, topic), p), 0)
+            if s_end <= d_end:
+                continue
+            last = kafka.last_record(c, kafka.TopicPartition(*s_tp), s_end)
+            if (
+                last is None
+                or cast(int, last.offset()) < d_end
+                or policy.origin_of(last.headers(), srec.uuid) != drec.uuid
+            ):
+                continue
+            found.append((topic, p, s_end, d_end))
+    finally:
+        c.close()
+    if not found:
+        return "", 0
+    topic, p, s_end, d_end = found[0]
+    return (
+        f"{entry.path} lost records it had written: {src.path}:{topic} partition {p} holds {s_end - d_end} of them"
+        f" past offset {d_end}, where {entry.path} now ends (its broker came back without them?); records are not"
+        f" copied back to their origin, so this link cannot catch up, and the link {entry.path} -> {src.path} has"
+        f" diverged. Run 'streamrepl stream replica list -path {entry.path}' to see it, then"
+        f" {resync_hint(entry.path, str(src.path), topic)}"
+    ), len(found)
 
 
 def link_error(reg: Registry, src: Any, srec: Stream, entry: Replica) -> str | None:

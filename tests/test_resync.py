@@ -8,6 +8,7 @@ segfaults librdkafka on Tansu, so the check while a gateway runs is shown here w
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import uuid
@@ -193,6 +194,40 @@ def test_a_source_broker_that_lost_replicated_records_is_detected_and_resync_bri
         gws.stop_all()
     for log in env.logdir.glob("*.log"):
         assert "Traceback" not in log.read_text(), log.read_text()
+
+
+@noida_run
+def test_a_multi_master_pair_whose_one_broker_lost_records_shows_it_on_both_links(env: Env) -> None:
+    """The diverged link (sanfrancisco -> newyork) is in ERROR with the resync hint; the other one (newyork ->
+    sanfrancisco) showed putsPending for good and no error: newyork holds records of sanfrancisco's origin that
+    sanfrancisco lost, which are never copied back to their origin. It must say so, and its advice, followed, ends
+    with both links up to date and both streams equal."""
+    src, dst = pair(env, {"t": 1})
+    link(env.reg, dst, src)
+    produce(env.bs(src), sp(src), "t", 20, 1)
+    with Gateways(env.reg, "newyork", env.logdir) as ny_gws, Gateways(env.reg, "sanfrancisco", env.logdir) as sf_gws:
+        ny_gws.start("ny-mm")
+        sf_gws.start("sf-mm")
+        wait_until(lambda: caught_up(env.reg, src) and caught_up(env.reg, dst), 120, "both links caught up")
+        lost_end = lose_replicated_records(env, src, dst, "t")
+        replica_end = true_ends(env.bs(dst), sp(dst), {"t": 1})[("t", 0)]
+        assert lost_end < replica_end
+        wait_until(lambda: in_error(env, src, dst), 120, "the diverged link in error")
+        row = wait_until(lambda: in_error(env, dst, src), 60, "the other link in error")
+        error = row["lasterror"]
+        assert f"{src} lost records it had written" in error, error
+        assert f"{dst}:t partition 0 holds {replica_end - lost_end} of them" in error, error
+        assert row["isUptodate"] is False
+        fix = re.findall(r"'streamrepl ([^']*)'", error)
+        assert fix and fix[-1].split() == ["stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t"]
+        cli(*fix[-1].split(), registry=env.reg)
+        wait_until(lambda: caught_up(env.reg, src) and caught_up(env.reg, dst), 120, "both links healthy again")
+        for a, b in ((src, dst), (dst, src)):
+            r = row_of(env, a, b)
+            assert (r["replicaState"], r["lasterror"], r["isUptodate"]) == ("REPLICA_STATE_REPLICATING", "", True), r
+        assert assert_identical(env.bs(src), sp(src), uuid_of(env.reg, src), env.bs(dst), sp(dst), {"t": 1}) > 0
+        ny_gws.stop_all()
+        sf_gws.stop_all()
 
 
 @noida_run

@@ -246,12 +246,13 @@ def promote_cmd(path: str, dryrun: bool) -> None:
 def failback_cmd(path: str, replica: str, dryrun: bool, master: str | None) -> None:
     """Make the old primary a replica of the new one: set its whole history aside into
     <old path>.aside-<yyyymmddHHMM>, then re-create it empty, copy and replicate (needs adminperm on both)."""
-    from .. import dr
+    from .. import failback
 
     say = _say_to_stderr("failback")
-    rows = dr.failback(
-        app().registry, require(path, "path"), require(replica, "replica"), dryrun=dryrun, master=master, say=say
-    )
+    with sigterm_interrupts():  # it rolls back, or its journal says what is left for a rerun
+        rows = failback.failback(
+            app().registry, require(path, "path"), require(replica, "replica"), dryrun=dryrun, master=master, say=say
+        )
     output(rows)
 
 
