@@ -23,6 +23,9 @@ a rerun after a run that died completes it, or, when it cannot go on before any 
 holding, the replica changed since the plan, the copy failed, an interrupt), rolls back: the links it paused are
 resumed, its partial set-aside copy deleted and the journal cleared. Once a topic is being rebuilt, only completing
 is possible: the journal stays until a rerun does. One run at a time holds the replica (oplock.py).
+
+Why this is longer than the modules' guide: the plan, each journaled step, the checks made again under the lock and
+the rollback are one operation whose order matters; split, each part would read the others' state.
 """
 
 from __future__ import annotations
