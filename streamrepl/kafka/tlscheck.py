@@ -43,6 +43,11 @@ def _context(cluster: Cluster) -> ssl.SSLContext | None:
                 ctx.load_verify_locations(location)
         else:
             ctx.load_default_certs()
+        if props.get("ssl.certificate.location") and props.get("ssl.key.location"):
+            # A broker that asks for the client's certificate gets it, as from librdkafka.
+            ctx.load_cert_chain(
+                props["ssl.certificate.location"], props["ssl.key.location"], props.get("ssl.key.password")
+            )
     except (OSError, ssl.SSLError, ValueError):
         return None  # a CA librdkafka could not load either: it says so when the client is made
     return ctx
