@@ -378,10 +378,13 @@ def up(
     if asked is None:
         kind()  # a bad $STREAMREPL_LOCAL_BROKER is an error even when every cluster already runs
     if tls:
-        local_tls.check_broker((asked or kind()).name)
+        if asked is not None:  # otherwise each cluster started is checked: one may come back on its own broker
+            local_tls.check_broker(asked.name)
         if local_tls.tunnel_binary() is None:
             raise Unreachable("local up -tls needs stunnel: install it (apt-get install stunnel4)")
     sd = Path(state_dir or default_state_dir())
+    if tls and asked is None and not (sd / "state.json").exists():
+        local_tls.check_broker(kind().name)  # every cluster is new: $STREAMREPL_LOCAL_BROKER's
     # Only now: a refused `up` leaves no directory behind.
     try:
         sd.mkdir(parents=True, exist_ok=True)

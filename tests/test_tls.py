@@ -77,7 +77,12 @@ def test_local_up_tls_writes_a_registry_with_tls_and_certificate_checks_on(ec):
 def test_local_up_tls_refuses_noida_and_a_cluster_running_without_tls(tmp_path):
     run = run_proc(["local", "up", "-dir", str(tmp_path / "n"), "-tls", "true", "-broker", "noida", "-clusters", "x"])
     assert_one_clean_line(run, "tansu")
-    assert not (tmp_path / "n" / "state.json").exists()
+    assert not (tmp_path / "n").exists()
+    run = run_proc(
+        ["local", "up", "-dir", str(tmp_path / "e"), "-tls", "true"], env={"STREAMREPL_LOCAL_BROKER": "noida"}
+    )
+    assert_one_clean_line(run, "tansu")
+    assert not (tmp_path / "e").exists()
     with EphemeralClusters(["plain"], state_dir=tmp_path / "p", broker="tansu"):
         run = run_proc(["local", "up", "-dir", str(tmp_path / "p"), "-tls", "true", "-clusters", "plain"])
         assert_one_clean_line(run, "already runs without TLS", "local down")
