@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -174,3 +176,19 @@ def test_networkencryption_is_refused_for_a_plaintext_cluster(ec, clusters):
         assert run.code != 0
     finally:
         mixed.unlink()
+
+
+def test_a_tls_terminator_that_died_is_started_again_by_local_up(ec):
+    name = "tlsny"
+    os.kill(ec.brokers[name].tunnel_pid, signal.SIGKILL)
+    wait_until(
+        lambda: not {r["cluster"]: r["running"] for r in local.status(ec.state_dir)}[name], 10, "the cluster shown down"
+    )
+    again = {b.cluster: b for b in local.up(list(ec.brokers), ec.state_dir, tls=True)}
+    assert again[name].bootstrap == ec.brokers[name].bootstrap and again[name].pid == ec.brokers[name].pid
+    assert again[name].tunnel_pid != ec.brokers[name].tunnel_pid
+    assert all(r["running"] for r in local.status(ec.state_dir))
+    ec.brokers.update(again)
+    wait_until(
+        lambda: cli("stream", "list", "-cluster", name, registry=ec.registry_path, check=False).code == 0, 30, "TLS"
+    )
