@@ -41,7 +41,7 @@ _streamrepl_options() {
         'local') echo '-h --help -help' ;;
         'local down') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
         'local status') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
-        'local up') echo '-clusters --clusters -dir --dir -broker --broker -noheader --noheader -json --json -h --help -help' ;;
+        'local up') echo '-clusters --clusters -dir --dir -broker --broker -tls --tls -noheader --noheader -json --json -h --help -help' ;;
         'produce') echo '-path --path -key --key -partition --partition -header --header -format --format -timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream') echo '-h --help -help' ;;
         'stream assign') echo '-h --help -help' ;;
@@ -138,6 +138,7 @@ _streamrepl_value() {
         'local up|-clusters'|'local up|--clusters') echo 'value' ;;
         'local up|-dir'|'local up|--dir') echo 'dir' ;;
         'local up|-broker'|'local up|--broker') echo 'value' ;;
+        'local up|-tls'|'local up|--tls') echo 'choice:true false yes no' ;;
         'produce|-path'|'produce|--path') echo 'value' ;;
         'produce|-key'|'produce|--key') echo 'value' ;;
         'produce|-partition'|'produce|--partition') echo 'value' ;;

@@ -72,6 +72,8 @@ class OffsetPreservingWriter:
         #: (kafka.UNCERTAIN_DELIVERY; also in `errors`), or "". Not a conflict: a gateway starts the
         #: partition again from its real end with a new producer (Gateway._restart_writes).
         self.uncertain = ""
+        #: a record landed past its offset: another writer wrote into the partition (divergence.misplaced)
+        self.shifted = False
         #: The offset after the last record the destination acknowledged where it was meant to land.
         self.acked = next_offset
         self.records = 0
@@ -102,6 +104,7 @@ class OffsetPreservingWriter:
                 self.errors.append(why)
                 self.uncertain = self.uncertain or why
             elif msg.offset() != expected:
+                self.shifted = True
                 self.errors.append(
                     f"{self.label}: a record meant for offset {expected} landed at {msg.offset()};"
                     " something else writes into this replica"

@@ -66,6 +66,7 @@ def autosetup(
     dst = streams.resolve(reg, replica)
     if dst.path == src.path:
         raise InvalidArgument(f"stream {src.path} cannot be its own replica")
+    replicas.check_encryption(reg, src, dst, networkencryption)  # before the replica stream is made
     entry = _entry(reg, path, replica)
     resuming = entry is not None and entry.state in (ReplicaState.CREATE_SCHEDULE, ReplicaState.COPY_IN_PROGRESS)
     if entry is not None and not resuming:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from . import kafka, policy
 from .kafka import Consumer, Message, TopicPartition
@@ -143,3 +143,63 @@ def check(
     last = kafka.last_record(consumer, tp, replica_end) if source_end >= replica_end else None
     source = tail_of(last, src_uuid) if last is not None else None
     return compare(replica, replica_end, source, source_end, src_uuid, dst_uuid, sole_feed)
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    """What a replica partition holds after a writer found another writer's records in it (applier.py's checks).
+
+    `first_foreign`: the first offset from which the partition stops matching the source (another writer's record
+    sits where the source's belonged); `count`: the source's records the writer had sent that landed after it, each
+    at a wrong offset (a Kafka produce cannot be conditional: a writer learns of the other's records only when its
+    own batch has landed after them); `first_wrong`: where the first of those is (-1: none)."""
+
+    first_foreign: int
+    count: int
+    first_wrong: int
+
+    def describe(self, label: str, source: str, replica: str, topic: str) -> str:
+        if self.count:
+            where = f"offset {self.first_wrong}" if self.first_wrong >= 0 else f"past offset {self.first_foreign}"
+            landed = (
+                f"1 record of {source} landed at a wrong offset, {where}"
+                if self.count == 1
+                else f"{self.count} records of {source} landed at wrong offsets, the first at {where}"
+            )
+        else:
+            landed = f"no record of {source} landed at a wrong offset"
+        return (
+            f"{label}: another writer's records are in this replica from offset {self.first_foreign}, where those of"
+            f" {source} belonged; {landed}; replication of this partition stopped. A topic written on both sides of"
+            f" a multi-master pair, or by a producer into a replica, does this: stop writing {replica}:{topic} there,"
+            f" then run {resync_hint(source, replica, topic)} (its records from other writers are kept in that"
+            " set-aside stream)"
+        )
+
+
+#: How many records past the writer's last verified one are read to find where its records went.
+MISPLACED_SCAN = 100_000
+
+
+def misplaced(
+    consumer: Consumer, tp: TopicPartition, verified: int, written_to: int, origin: str, own_uuid: str
+) -> Misplaced:
+    """Read the replica partition `tp` from `verified` (the offset after the writer's last record known in place) to
+    find the first record of another origin than `origin`: every record the writer sent for an offset at or after
+    it, up to `written_to` (the offset after the last one it sent, all of them acknowledged), landed after it, at a
+    wrong offset. `consumer` reads the replica (it must not be one that feeds a writer)."""
+    first_foreign = first_wrong = -1
+    start = TopicPartition(tp.topic, tp.partition, verified)
+    for m in kafka.read_partition(consumer, start, timeout=kafka.REQUEST_TIMEOUT):
+        o = cast(int, m.offset())
+        mine = policy.origin_of(m.headers(), own_uuid) == origin
+        if first_foreign < 0 and not mine:
+            first_foreign = o
+        elif first_foreign >= 0 and mine:
+            first_wrong = o
+            break
+        if o - verified > MISPLACED_SCAN:
+            break
+    if first_foreign < 0:
+        first_foreign = written_to  # nothing else found (yet) in what was read: it is past the writer's records
+    return Misplaced(first_foreign, max(0, written_to - first_foreign), first_wrong)

@@ -9,6 +9,7 @@ processes and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -28,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from . import kafka, metastore, settings
+from . import kafka, local_tls, metastore, settings
 from .errors import InvalidArgument, NotFound, Unreachable
 from .local_brokers import KINDS, BrokerKind, kind
 from .logtail import log_tail
@@ -50,10 +51,15 @@ class LocalBroker:
     log: str
     #: Records written before noida existed have no broker: they were Tansu's.
     broker: str = "tansu"
+    #: With `up -tls`: the port of the TLS terminator (stunnel) in front of the broker, which the broker advertises,
+    #: and its process; 0 without TLS.
+    tls_port: int = 0
+    tunnel_pid: int = 0
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """The address clients dial: the TLS terminator's when there is one."""
+        return f"127.0.0.1:{self.tls_port or self.port}"
 
     @property
     def kind(self) -> BrokerKind:
@@ -82,6 +88,17 @@ def _is_ours(broker: LocalBroker) -> bool:
     return broker.kind.runs(args, broker.port)
 
 
+def _tunnel_is_ours(broker: LocalBroker, state_dir: Path) -> bool:
+    """True only for the live TLS terminator this state directory started for the broker."""
+    if not broker.tunnel_pid:
+        return False
+    try:
+        args = Path(f"/proc/{broker.tunnel_pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return local_tls.runs(args, state_dir, broker.cluster)
+
+
 @contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
     # Two `local up` runs at once must not both start a broker for the same cluster.
@@ -102,7 +119,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 #: The fields of a state.json record and their types (the cluster is the record's key).
-_FIELDS: dict[str, type] = {"port": int, "pid": int, "log": str, "broker": str}
+_FIELDS: dict[str, type] = {"port": int, "pid": int, "log": str, "broker": str, "tls_port": int, "tunnel_pid": int}
 _REQUIRED = ("port", "pid", "log")
 
 
@@ -124,8 +141,11 @@ def _record_problem(rec: Any) -> str:
             return f"has an unknown field '{name}'"
         if not isinstance(value, want) or isinstance(value, bool):
             return f"has {name} {json.dumps(value)}, not {'an integer' if want is int else 'a string'}"
-    if not 0 < rec["port"] < 65536:
-        return f"has port {rec['port']}, not one from 1 to 65535"
+    for name in ("port", "tls_port"):
+        if not 0 < rec.get(name, 1) < 65536:
+            return f"has {name} {rec[name]}, not one from 1 to 65535"
+    if rec.get("tunnel_pid", 1) < 0:
+        return f"has tunnel_pid {rec['tunnel_pid']}, not a process id"
     if rec["pid"] < 1:
         return f"has pid {rec['pid']}, not a process id"
     if rec.get("broker", "tansu") not in KINDS:
@@ -166,7 +186,11 @@ def _load(state_dir: Path) -> dict[str, LocalBroker]:
 
 
 def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
-    raw = {name: {k: v for k, v in asdict(b).items() if k != "cluster"} for name, b in brokers.items()}
+    # A record without TLS is written as before TLS existed (older streamrepl versions read it).
+    raw = {
+        name: {k: v for k, v in asdict(b).items() if k != "cluster" and not (k in ("tls_port", "tunnel_pid") and not v)}
+        for name, b in brokers.items()
+    }
     _atomic_write(state_dir / "state.json", json.dumps(raw, indent=2) + "\n")
     reg = registry_path(state_dir)
     if not brokers:
@@ -175,12 +199,21 @@ def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
     doc = {
         "default": next(iter(brokers)),
         "clusters": {
-            # bootstrap.servers only, as a user writes it: what the brokers do is probed (kafka/probes.py), not named
-            name: {"bootstrap.servers": b.bootstrap}
+            # bootstrap.servers (and TLS) only, as a user writes it: what the brokers do is probed (kafka/probes.py)
+            name: _client_properties(state_dir, b)
             for name, b in brokers.items()
         },
     }
     _atomic_write(reg, yaml.safe_dump(doc, sort_keys=False))
+
+
+def _client_properties(state_dir: Path, broker: LocalBroker) -> dict[str, str]:
+    props = {"bootstrap.servers": broker.bootstrap}
+    if broker.tls_port:
+        # The certificate is checked (librdkafka's defaults: against the CA, and its name against 127.0.0.1).
+        props["security.protocol"] = "SSL"
+        props["ssl.ca.location"] = str(Path(state_dir).resolve() / local_tls.TLS_DIR / local_tls.CA_CERT)
+    return props
 
 
 def _bindable(port: int) -> int | None:
@@ -224,16 +257,35 @@ def _remembered_ports(state_dir: Path) -> dict[str, int]:
 
 def _remember_ports(state_dir: Path, brokers: Iterable[LocalBroker]) -> None:
     ports = _remembered_ports(state_dir)
-    ports.update({b.cluster: b.port for b in brokers})
+    for b in brokers:
+        ports[b.cluster] = b.port
+        if b.tls_port:
+            ports[_tls_key(b.cluster)] = b.tls_port  # no cluster name has a '/'
     _atomic_write(state_dir / PORTS_FILE, json.dumps(ports, indent=2) + "\n")
 
 
-def _start(broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    cmd, env = broker_kind.command(cluster, port, data_dir(state_dir, cluster))
+def _tls_key(cluster: str) -> str:
+    return f"{cluster}/tls"
+
+
+def _start(
+    broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, log: Path, tls_port: int = 0
+) -> subprocess.Popen[bytes]:
+    cmd, env = broker_kind.command(cluster, port, data_dir(state_dir, cluster), tls_port or None)
+    return _spawn(cmd, env, log, f"starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}")
+
+
+def _start_tunnel(cluster: str, tls_port: int, port: int, state_dir: Path) -> subprocess.Popen[bytes]:
+    cmd = local_tls.tunnel_command(state_dir, cluster, tls_port, port)
+    log = state_dir / "logs" / f"{cluster}.tls.log"
+    return _spawn(cmd, dict(os.environ), log, f"starting TLS for {cluster} on 127.0.0.1:{tls_port} to port {port}")
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        out.write(f"--- {stamp} starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}\n".encode())
+        out.write(f"--- {stamp} {what}\n".encode())
         out.flush()
         # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C.
         return subprocess.Popen(
@@ -246,17 +298,28 @@ def _start(broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, lo
         )
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], broker: LocalBroker, timeout: float) -> None:
+def _wait_ready(
+    proc: subprocess.Popen[bytes],
+    broker: LocalBroker,
+    timeout: float,
+    state_dir: Path,
+    tunnel: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Until the broker answers, as clients dial it (through TLS with the certificate checked, with `up -tls`)."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             last = f"broker exited with status {proc.returncode}"
             break
+        if tunnel is not None and tunnel.poll() is not None:
+            log = state_dir / "logs" / f"{broker.cluster}.tls.log"
+            last = f"stunnel exited with status {tunnel.returncode}: {log_tail(str(log), lines=5)}"
+            break
         try:
             with socket.create_connection(("127.0.0.1", broker.port), timeout=1):
                 pass
-            admin = kafka.AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+            admin = kafka.AdminClient(dict(_client_properties(state_dir, broker), log_level=0))
             admin.list_topics(timeout=min(3.0, max(0.5, deadline - time.monotonic())))
             return
         except (OSError, kafka.KafkaException) as exc:
@@ -297,6 +360,7 @@ def up(
     state_dir: Path | None = None,
     broker: str | None = None,
     warn: Callable[[str], None] = lambda message: None,
+    tls: bool = False,
 ) -> list[LocalBroker]:
     """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked.
 
@@ -304,12 +368,23 @@ def up(
     or whose data this state directory keeps, and a new one gets $STREAMREPL_LOCAL_BROKER's. A cluster that ran
     before (even if `down` stopped it) comes back on its port; when another program holds that port, it gets a new
     one and `warn` is told, as whatever still dials the old port (gateways, configs) must be restarted.
+
+    With `tls`, each cluster started gets a TLS terminator (stunnel) in front of its broker, a CA and a server
+    certificate made in the state directory (local_tls), and the registry names the CA; a cluster that had TLS comes
+    back with it.
     """
     names = _validate(clusters or DEFAULT_CLUSTERS)
     asked = kind(broker) if broker is not None else None
     if asked is None:
         kind()  # a bad $STREAMREPL_LOCAL_BROKER is an error even when every cluster already runs
+    if tls:
+        if asked is not None:  # otherwise each cluster started is checked: one may come back on its own broker
+            local_tls.check_broker(asked.name)
+        if local_tls.tunnel_binary() is None:
+            raise Unreachable("local up -tls needs stunnel: install it (apt-get install stunnel4)")
     sd = Path(state_dir or default_state_dir())
+    if tls and asked is None and not (sd / "state.json").exists():
+        local_tls.check_broker(kind().name)  # every cluster is new: $STREAMREPL_LOCAL_BROKER's
     # Only now: a refused `up` leaves no directory behind.
     try:
         sd.mkdir(parents=True, exist_ok=True)
@@ -320,44 +395,83 @@ def up(
         last_ports = _remembered_ports(sd)
         # Ports other clusters have (or come back to) are not given to these; each of these may take its own back.
         ports = {**last_ports, **{n: b.port for n, b in state.items()}}
-        taken = {p for n, p in ports.items() if n not in names}
-        started: list[tuple[subprocess.Popen[bytes], LocalBroker]] = []
+        ports.update({_tls_key(n): b.tls_port for n, b in state.items() if b.tls_port})
+        taken = {p for n, p in ports.items() if n.split("/")[0] not in names}
+        started: list[tuple[subprocess.Popen[bytes], LocalBroker, subprocess.Popen[bytes] | None]] = []
+        tunnels: list[subprocess.Popen[bytes]] = []  # for brokers that run already
         moved: list[str] = []
+        tls_ready = reissued = False
         try:
             for name in names:
                 old = state.get(name)
+                with_tls = tls or bool(old and old.tls_port)
+                if with_tls and not tls_ready:
+                    reissued, tls_ready = local_tls.ensure(sd), True
                 if old and _is_ours(old):
                     if asked is not None and old.kind is not asked:
                         raise InvalidArgument(
                             f"local cluster '{name}' already runs on {old.broker}, not {asked.name};"
                             " stop it first with `streamrepl local down`"
                         )
+                    if tls and not old.tls_port:
+                        raise InvalidArgument(
+                            f"local cluster '{name}' already runs without TLS; stop it first with"
+                            " `streamrepl local down`, then `local up -tls`"
+                        )
+                    if old.tls_port and not _tunnel_is_ours(old, sd):
+                        restarted = _start_tunnel(name, old.tls_port, old.port, sd)  # its TLS terminator died
+                        tunnels.append(restarted)
+                        state[name] = dataclasses.replace(old, tunnel_pid=restarted.pid)
                     continue
                 broker_kind = _kind_for(name, old, asked, sd)
+                if with_tls:
+                    local_tls.check_broker(broker_kind.name)
                 prefer = old.port if old else last_ports.get(name)
                 port = _free_port(taken, prefer)
-                if prefer and port != prefer:
+                if prefer and port != prefer and not with_tls:
                     moved.append(
                         f"local cluster '{name}' was on 127.0.0.1:{prefer}, which another program now holds; it runs"
                         f" on 127.0.0.1:{port} instead: restart the gateways and clients that still dial {prefer}"
                     )
+                tls_port = 0
+                if with_tls:
+                    # Clients dial the TLS port: that is the one kept across restarts and warned about.
+                    prefer = old.tls_port if old else last_ports.get(_tls_key(name))
+                    tls_port = _free_port(taken, prefer)
+                    if prefer and tls_port != prefer:
+                        moved.append(
+                            f"local cluster '{name}' was on 127.0.0.1:{prefer}, which another program now holds; it"
+                            f" runs on 127.0.0.1:{tls_port} instead: restart the gateways and clients that still"
+                            f" dial {prefer}"
+                        )
                 log = sd / "logs" / f"{name}.log"
-                proc = _start(broker_kind, name, port, sd, log)
-                started.append((proc, LocalBroker(name, port, proc.pid, str(log), broker_kind.name)))
+                proc = _start(broker_kind, name, port, sd, log, tls_port)
+                tunnel = _start_tunnel(name, tls_port, port, sd) if tls_port else None
+                new = LocalBroker(
+                    name, port, proc.pid, str(log), broker_kind.name, tls_port, tunnel.pid if tunnel else 0
+                )
+                started.append((proc, new, tunnel))
             # Brokers start in parallel; readiness is checked afterwards.
-            for proc, new in started:
-                _wait_ready(proc, new, READY_TIMEOUT)
+            for proc, new, tunnel in started:
+                _wait_ready(proc, new, READY_TIMEOUT, sd, tunnel)
         except BaseException:
             # All or nothing: a half-started set would leave unrecorded processes behind.
-            for proc, _ in started:
-                proc.kill()
-                proc.wait()
+            for child in [p for s in started for p in (s[0], s[2]) if p is not None] + tunnels:
+                child.kill()
+                child.wait()
             raise
-        for proc, new in started:
+        for restarted in tunnels:
+            _CHILDREN[restarted.pid] = restarted
+        for proc, new, tunnel in started:
             _CHILDREN[proc.pid] = proc
+            if tunnel is not None:
+                _CHILDREN[tunnel.pid] = tunnel
             state[new.cluster] = new
         _save(sd, state)
         _remember_ports(sd, state.values())
+        if reissued:
+            # A new server certificate (the old one expired): the terminators that ran already read it again.
+            reload_tls(sd)
         for message in moved:
             warn(message)
         return [state[name] for name in names]
@@ -366,9 +480,30 @@ def up(
 def status(state_dir: Path | None = None) -> list[dict[str, Any]]:
     sd = Path(state_dir or default_state_dir())
     return [
-        dict(cluster=b.cluster, broker=b.broker, bootstrap=b.bootstrap, pid=b.pid, running=_is_ours(b), log=b.log)
+        dict(
+            cluster=b.cluster,
+            broker=b.broker,
+            bootstrap=b.bootstrap,
+            pid=b.pid,
+            # With TLS, running only when clients can reach it through its terminator.
+            running=_is_ours(b) and (not b.tls_port or _tunnel_is_ours(b, sd)),
+            log=b.log,
+        )
         for b in _load(sd).values()
     ]
+
+
+def reload_tls(state_dir: Path | None = None) -> list[str]:
+    """Have the running TLS terminators read their certificate and key again (after they were replaced in the
+    state directory's tls/); returns the clusters told."""
+    sd = Path(state_dir or default_state_dir())
+    told = []
+    for b in _load(sd).values():
+        if _tunnel_is_ours(b, sd):
+            with suppress(ProcessLookupError):
+                os.kill(b.tunnel_pid, signal.SIGHUP)
+                told.append(b.cluster)
+    return told
 
 
 def _reap(pid: int) -> None:
@@ -376,6 +511,24 @@ def _reap(pid: int) -> None:
     proc = _CHILDREN.get(pid)
     if proc is not None and proc.poll() is not None:
         del _CHILDREN[pid]
+
+
+def _stop_tunnels(brokers: list[LocalBroker], state_dir: Path) -> None:
+    # stunnel exits at once on SIGTERM and keeps nothing; the brokers are stopped after, so that no client reaches a
+    # broker that is going while its terminator still takes connections.
+    tunnels = [b for b in brokers if _tunnel_is_ours(b, state_dir)]
+    for b in tunnels:
+        with suppress(ProcessLookupError):
+            os.kill(b.tunnel_pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5.0
+    while tunnels and time.monotonic() < deadline:
+        time.sleep(0.05)
+        for b in tunnels:
+            _reap(b.tunnel_pid)
+        tunnels = [b for b in tunnels if _tunnel_is_ours(b, state_dir)]
+    for b in tunnels:
+        with suppress(ProcessLookupError):
+            os.kill(b.tunnel_pid, signal.SIGKILL)
 
 
 def _stop_all(brokers: list[LocalBroker]) -> None:
@@ -415,6 +568,7 @@ def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> li
         ours = [b for b in dropped if _is_ours(b)]
         if ours:
             metastore.close_clients()  # a Tansu broker waits for its connected clients before it stops
+        _stop_tunnels(dropped, sd)
         _stop_all(ours)
         _save(sd, state)
         return [b.cluster for b in ours]
@@ -442,10 +596,15 @@ class EphemeralClusters:
     """Brokers in a private state directory for one test; everything is stopped on exit."""
 
     def __init__(
-        self, clusters: list[str] | None = None, state_dir: Path | None = None, broker: str | None = None
+        self,
+        clusters: list[str] | None = None,
+        state_dir: Path | None = None,
+        broker: str | None = None,
+        tls: bool = False,
     ) -> None:
         self.clusters = list(clusters or DEFAULT_CLUSTERS)
         self.broker = broker
+        self.tls = tls
         self._own_dir = state_dir is None
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="streamrepl-local-"))
         self.brokers: dict[str, LocalBroker] = {}
@@ -456,7 +615,7 @@ class EphemeralClusters:
 
     def __enter__(self) -> EphemeralClusters:
         try:
-            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir, self.broker)}
+            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir, self.broker, tls=self.tls)}
         except BaseException:
             self._cleanup()
             raise

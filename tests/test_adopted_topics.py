@@ -7,6 +7,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from support import unique_path
+from support.clusters import ON_NOIDA
 
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import StreamPath, kafka_topic_name
@@ -66,3 +67,37 @@ def test_with_autocreate_false_a_stray_topic_is_reported_not_ignored(cli, cluste
     row = cli("stream", "replica", "list", "-path", src, "-json").data()[0]
     assert row["isUptodate"] is False, row
     assert "views" in row["lasterror"] and "stream topic create" in row["lasterror"], row
+
+
+def test_a_topic_the_broker_autocreated_gets_the_streams_partitions_or_topic_list_says_it_differs(
+    cli, clusters
+) -> None:  # type: ignore[no-untyped-def]
+    """A plain producer writing to a new name has the broker create the topic with the broker's default partition
+    count, not the stream's defaultpartitions. Adopting it adds the missing partitions where the broker can (noida-db
+    takes CreatePartitions); where it cannot (Tansu refuses), `stream topic list` says that the topic differs."""
+    path = unique_path()
+    # More than either broker's default (Tansu 4, noida-db 1).
+    assert cli("stream", "create", "-path", path, "-defaultpartitions", "6").code == 0
+    kt = _kafka_name(path, "clicks")
+    bootstrap = clusters.brokers["sanfrancisco"].bootstrap
+    p = Producer({"bootstrap.servers": bootstrap})  # no CreateTopics: the broker's autocreate makes the topic
+    p.produce(kt, value=b"v")
+    assert p.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def in_kafka() -> int:
+        return len(admin.list_topics(kt, timeout=10).topics[kt].partitions)
+
+    made = in_kafka()
+    assert made < 6, "the broker's default partition count (the test needs one below the stream's)"
+    for _ in range(2):  # adopted by the first listing; the second still says so
+        listed = cli("stream", "topic", "list", "-path", path, "-json")
+        assert listed.code == 0, listed
+        rows = {r["topic"]: r for r in listed.data()}
+        assert rows["clicks"]["partitions"] == in_kafka(), rows
+        if ON_NOIDA:
+            assert in_kafka() == 6 and "clicks" not in listed.stderr, listed.stderr
+        else:
+            assert in_kafka() == made
+            assert f"topic 'clicks' of stream {path} has {made} partition" in listed.stderr, listed.stderr
+            assert "defaultpartitions 6" in listed.stderr, listed.stderr

@@ -8,6 +8,7 @@ module; every test works on streams of its own. Records are compared one by one.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from support.clusters import RECENT_MS
 from support.streams import (
     Gateways,
     cli,
@@ -299,6 +301,73 @@ def test_conflict_stray_producer_in_the_copy_of_a_multimaster_topic(env: Env) ->
     assert f"{n}:t[0]" in row["lasterror"], row["lasterror"]
     time.sleep(1)
     assert records(env, b, "t", 0) == before
+
+
+def test_multimaster_with_the_same_topic_written_on_both_sides_names_what_landed_wrong(env: Env) -> None:
+    """The documents forbid it: a Kafka produce cannot be conditional, so a gateway learns that the other side wrote
+    at the offsets it copies to only when its batch has landed after those records. Each partition goes to ERROR,
+    and its error says where the replica stops matching its source and how many copied records landed wrong."""
+    n = name("mmboth")
+    a = new_stream(env.reg, f"/sanfrancisco/{n}")
+    b = new_stream(env.reg, f"/newyork/{n}", copyfrom=a)
+    new_topics(env.reg, a, {"t": 1})
+    link(env.reg, a, b)
+    link(env.reg, b, a)
+    produce_to(env, a, "t", 30, 1, tag="a")
+    wait_replicated(env, a, b, {"t": 1})
+    # sanfrancisco writes on, one record at a time, so that its gateway into newyork is never idle (no end check
+    # before its writes): newyork's own records, written meanwhile, are found by the delivery check after a batch.
+    stop = threading.Event()
+
+    def write_on() -> None:
+        p = Producer({"bootstrap.servers": env.bs_of(a), "linger.ms": 0})
+        kt, i = kafka_topic_name(sp(a), "t"), 0
+        while not stop.is_set():
+            p.produce(kt, key=f"a2-{i}".encode(), value=b"a2", partition=0, timestamp=RECENT_MS + i)
+            p.flush(10)
+            i += 1
+
+    busy = threading.Thread(target=write_on)
+    busy.start()
+    try:
+        time.sleep(1.0)
+        produce_to(env, b, "t", 20, 1, start=30, tag="b")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        busy.join()
+
+    def error_of(src: str, dst: str) -> str:
+        row = replica_rows(env.reg, src)[dst]
+        return str(row["lasterror"]) if row["replicaState"] == "REPLICA_STATE_ERROR" else ""
+
+    for src, dst in ((a, b), (b, a)):
+        error = wait_until(lambda: error_of(src, dst), 30, f"the link {src} -> {dst} to stop")  # noqa: B023
+        # Record by record: the first offset where the replica holds another record than the source is where it stops
+        # matching; the source's records in the replica after it landed at wrong offsets, and the error counts them.
+        src_uuid, dst_uuid = uuid_of(env.reg, src), uuid_of(env.reg, dst)
+        theirs = {r.offset: (r.key, r.value, r.origin or src_uuid) for r in records(env, src, "t", 0)}
+        ours = [(r.offset, (r.key, r.value, r.origin or dst_uuid)) for r in records(env, dst, "t", 0)]
+        first_foreign = next(o for o, rec in ours if theirs.get(o) != rec)
+        wrong = [o for o, rec in ours if o > first_foreign and rec[2] == src_uuid]
+        if f"offset {first_foreign} comes from stream {src_uuid}" in error:
+            # Refused before anything was written: the record it would copy there is of another origin than the
+            # partition's records (the replica's own); nothing landed wrong.
+            assert "the same topic is written in two streams" in error and not wrong, error
+            continue
+        assert f"from offset {first_foreign}," in error, error
+        if src == a:  # sanfrancisco's gateway into newyork was busy: its batch landed after newyork's records
+            assert wrong, error
+        if wrong:
+            said = (
+                f"1 record of {src} landed at a wrong offset, offset {wrong[0]};"
+                if len(wrong) == 1
+                else f"{len(wrong)} records of {src} landed at wrong offsets, the first at offset {wrong[0]};"
+            )
+            assert said in error, error
+        else:  # the gateway saw the other side's records before it wrote (its end check)
+            assert f"no record of {src} landed at a wrong offset" in error, error
+        assert "stream replica resync" in error, error
 
 
 def test_pause_resume_new_topic_and_remove(env: Env) -> None:

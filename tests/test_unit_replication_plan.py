@@ -282,3 +282,36 @@ def test_a_destination_that_cannot_be_read_fails_the_read_as_before() -> None:
     planner = Planner(REG, CLUSTERS["ny"], list_topics=lambda cluster: {}, read_streams=down)
     with pytest.raises(StreamreplError, match="ny does not answer"):
         planner.discover([CLUSTERS["ny"], CLUSTERS["sf"]])
+
+
+def test_a_link_with_networkencryption_does_not_run_over_a_plaintext_connection() -> None:
+    # maprcli: "-networkencryption true requires all participating clusters to be secure". `replica add` checks the
+    # registry of whoever adds the link; a gateway's own registry may give a cluster no TLS: it does not run the link.
+    tls = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL"}
+    streams = {
+        "ny": {"/enc": {"uuid": "E-NY", "upstreams": [upstream("sf", "/enc")]}},
+        "sf": {
+            "/enc": {
+                "uuid": "E-SF",
+                "replicas": [{"path": "/ny/enc", "networkencryption": True}],
+                "topics": {"t": {"partitions": 2}},
+            }
+        },
+    }
+
+    def read(cluster: Cluster) -> dict[str, Stream]:
+        return {path: Stream.from_json(rec) for path, rec in streams[cluster.name].items()}
+
+    def plan_with(sf: dict[str, str], ny: dict[str, str]) -> Any:
+        clusters = {"sf": Cluster("sf", sf), "ny": Cluster("ny", ny)}
+        return Planner(Registry(Path("c.yaml"), "ny", clusters), clusters["ny"], read_streams=read).discover()
+
+    plan = plan_with(tls, {"bootstrap.servers": "127.0.0.1:2"})
+    assert plan.links == [] and plan.units == {}
+    assert plan.problems == [
+        "link /sf/enc -> /ny/enc not replicated: it has -networkencryption true, and this gateway's registry gives"
+        " cluster 'ny' no TLS; set security.protocol SSL or SASL_SSL for it there"
+    ]
+    plan = plan_with(tls, dict(tls, **{"security.protocol": "sasl_ssl"}))
+    assert [link.name for link in plan.links] == ["/sf/enc->/ny/enc"] and not plan.problems
+    assert len(plan.units) == 2

@@ -10,7 +10,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument
-from .common import app, handles_errors, opt, output
+from .common import BOOL, app, handles_errors, opt, output
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -48,12 +48,22 @@ def _dir(d: str | None) -> Path:
     " Default: $STREAMREPL_LOCAL_BROKER or tansu; a cluster recorded in DIR, or whose data DIR keeps,"
     " comes back on its own broker.",
 )
+@opt(
+    "tls",
+    type=BOOL,
+    default=False,
+    show_default=True,
+    help="Put a TLS terminator (stunnel) in front of each broker started (tansu only): a CA and a server"
+    " certificate are made in DIR/tls, and the registry gets security.protocol SSL and ssl.ca.location.",
+)
 @handles_errors(registry_option=False)
-def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
+def up_cmd(clusters: str, dir: str | None, broker: str | None, tls: bool) -> None:
     """Start one broker per cluster (or reuse the running ones) and write their registry.
 
     A cluster comes back on the port it last ran on, also after `local down`, so that running gateways and
     configs find it again; when another program holds that port, it gets a new one and a warning says so.
+    With -tls true the port is the TLS terminator's, which the broker advertises; a cluster that had TLS comes
+    back with it, and a server certificate about to expire is made again.
 
     Only the shell line `export STREAMREPL_CLUSTERS=...` goes to stdout, so that `eval "$(streamrepl local up)"`
     sets it, and the table to stderr; with -json or -noheader the rows go to stdout and the line to stderr.
@@ -63,7 +73,7 @@ def up_cmd(clusters: str, dir: str | None, broker: str | None) -> None:
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
-    brokers = embedded.up(names, _dir(dir), broker, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    brokers = embedded.up(names, _dir(dir), broker, warn=lambda m: click.echo(f"warning: {m}", err=True), tls=tls)
     reg = embedded.registry_path(_dir(dir))
     rows = [
         {"cluster": b.cluster, "broker": b.broker, "bootstrap": b.bootstrap, "pid": b.pid, "registry": str(reg)}

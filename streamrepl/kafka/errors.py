@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import Unreachable
 from ..registry import Cluster
+from .tlscheck import tls_problem
 
 #: The broker did not answer (connection refused or lost, request timed out): waiting may cure it.
 TRANSPORT = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
@@ -95,6 +96,14 @@ def is_retriable(e: BaseException) -> bool:
 
 def unreachable(cluster: Cluster, what: str = "") -> Unreachable:
     detail = f" while {what}" if what else ""
+    refused = tls_problem(cluster)  # librdkafka's error says only "transport failure"
+    if refused:
+        return Unreachable(
+            scrub(
+                f"cluster '{cluster.name}' ({cluster.shown_bootstrap}) cannot be reached over TLS{detail}: {refused}",
+                cluster.secrets(),
+            )
+        )
     return Unreachable(
         f"cluster '{cluster.name}' ({cluster.shown_bootstrap}) does not answer{detail};"
         " check that its brokers are up and the registry's bootstrap.servers"

@@ -103,10 +103,10 @@ def end_unchanged(mover: Mover, state: UnitState, origin: str) -> bool:
             )
             mover.partitions.drop(state.unit)
             return False
-        mover.partitions.fail(
-            state.unit,
+        why = (
             f"{w.label}: the replica partition ends at offset {high}, past offset {w.next} where this gateway"
-            " left it; something else writes into this replica; replication of this partition stopped",
+            " left it; something else writes into this replica; replication of this partition stopped"
         )
+        mover.partitions.fail(state.unit, mover.conflict_error(state, why))
         return False
     return True

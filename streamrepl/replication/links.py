@@ -98,6 +98,15 @@ def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str
             entry = srec.replica(str(dst))
             if entry is None or entry.paused or entry.state not in RUNNING_STATES or srec.deleting:
                 continue
+            plain = [c.name for c in (src_c, dst_c) if not c.uses_tls()]
+            if entry.networkencryption and plain:
+                # maprcli: it "requires all participating clusters to be secure"; this registry may differ from the
+                # one `replica add` checked.
+                plan.problems.append(
+                    f"link {up.path} -> {dst} not replicated: it has -networkencryption true, and this gateway's"
+                    f" registry gives cluster '{plain[0]}' no TLS; set security.protocol SSL or SASL_SSL for it there"
+                )
+                continue
             link = Link(
                 StreamPath(up.cluster, up.stream),
                 src_c,

@@ -15,7 +15,7 @@ from typing import cast
 
 from .. import kafka, policy
 from ..applier import ReplicaConflict
-from ..divergence import filler_tail, tail_of
+from ..divergence import filler_tail, misplaced, tail_of
 from ..kafka import KafkaException, Message, Producer, TopicPartition
 from . import endcheck, quieting
 from .endcheck import END_CHECK_IDLE, END_CHECK_TIMEOUT
@@ -35,6 +35,9 @@ RESTART_GRACE_SECONDS = 2.0
 #: flushes and the BufferError wait, which this catches within the period). At 800 partitions and a pass every
 #: few ms, walking them on every pass was most of an idle gateway's CPU.
 SWEEP_SECONDS = 0.25
+#: How long a partition that another writer wrote into waits for this gateway's records in flight, so that its
+#: error counts every one that landed at a wrong offset.
+CONFLICT_FLUSH_SECONDS = 5.0
 
 
 def _why(e: Exception) -> str:
@@ -259,9 +262,34 @@ class Mover:
             return
         for unit, state in list(units.items()):
             if state.writer.errors:
-                self.partitions.fail(
-                    unit, f"{state.writer.label}: {state.writer.errors[0]}; replication of this partition stopped"
-                )
+                why = f"{state.writer.errors[0]}; replication of this partition stopped"
+                self.partitions.fail(unit, self.conflict_error(state, why) if state.writer.shifted else why)
+
+    def conflict_error(self, state: UnitState, fallback: str) -> str:
+        """The error of a partition that another writer wrote into: where the replica stops matching its source and
+        how many records this gateway sent landed at wrong offsets (divergence.misplaced), read once they have all
+        landed; `fallback` when that cannot be known."""
+        w = state.writer
+        links = [link for link, _ in state.feeds.values()]
+        link = next((x for x in links if x.src_uuid == w.origin), links[0] if links else None)
+        if link is None:
+            return fallback
+        # The records it sends are of the partition's origin; a partition of the replica's own takes none.
+        origin = link.src_uuid if w.origin in (None, w.dst_uuid) else w.origin
+        try:
+            if self.producer.flush(CONFLICT_FLUSH_SECONDS) > 0:
+                return fallback
+            found = misplaced(
+                self.reader,
+                TopicPartition(w.topic, w.partition),
+                w.acked,
+                w.next,
+                origin,
+                w.dst_uuid,
+            )
+        except (KafkaException, SystemError, TimeoutError):
+            return fallback
+        return found.describe(w.label, str(link.src), str(link.dst), state.unit.topic)
 
     def restart_writes(self, why: str) -> None:
         """Records handed to the producer expired, or the producer was fenced: where they are is unknown.

@@ -44,6 +44,13 @@ class Rec:
         )
 
 
+def client_conf(bootstrap: str | dict[str, str], **settings: Any) -> dict[str, Any]:
+    """A client's settings for a cluster given by its address, or by its registry properties (TLS clusters)."""
+    conf: dict[str, Any] = dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+    conf.update(settings)
+    return conf
+
+
 def _registry_env(registry: str | Path) -> dict[str, str | None]:
     return {"STREAMREPL_CLUSTERS": str(registry)}
 
@@ -112,7 +119,7 @@ class Gateways:
 
 
 def produce(
-    bootstrap: str,
+    bootstrap: str | dict[str, str],
     stream: StreamPath,
     topic: str,
     n: int,
@@ -121,7 +128,7 @@ def produce(
     batch: bool = True,
     tag: str = "",
 ) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if batch else 0, "enable.idempotence": True})
+    p = Producer(client_conf(bootstrap, **{"linger.ms": 5 if batch else 0, "enable.idempotence": True}))
     kt = kafka_topic_name(stream, topic)
     for i in range(start, start + n):
         p.produce(
@@ -171,7 +178,12 @@ def read_partition(bootstrap: str, kt: str, partition: int, timeout: float = 30)
 
 
 def assert_identical(
-    src_bootstrap: str, src: StreamPath, src_uuid: str, dst_bootstrap: str, dst: StreamPath, topics: dict[str, int]
+    src_bootstrap: str | dict[str, str],
+    src: StreamPath,
+    src_uuid: str,
+    dst_bootstrap: str | dict[str, str],
+    dst: StreamPath,
+    topics: dict[str, int],
 ) -> int:
     """Every source record sits at the same offset in the replica with the same key, value, headers,
     timestamp; replica records carry the origin; fillers only where the source shows no record."""
@@ -261,20 +273,24 @@ def replica_rows(registry: str | Path, src: str) -> dict[str, dict]:
     return {r["replicaPath"]: r for r in cli_data("stream", "replica", "list", "-path", src, registry=registry)}
 
 
-def read_all(bootstrap: str, stream: StreamPath, topics: dict[str, int], timeout: float = 60) -> dict[tuple, list[Rec]]:
+def read_all(
+    bootstrap: str | dict[str, str], stream: StreamPath, topics: dict[str, int], timeout: float = 60
+) -> dict[tuple, list[Rec]]:
     """(topic, partition) -> every record of the partition, all partitions read by one consumer."""
     names = {kafka_topic_name(stream, t): t for t in topics}
     out: dict[tuple, list[Rec]] = {(t, p): [] for t, n in topics.items() for p in range(n)}
     c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "streamtools-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 20,
-            "log_level": 0,
-        }
+        client_conf(
+            bootstrap,
+            **{
+                "group.id": "streamtools-reader",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 20,
+                "log_level": 0,
+            },
+        )
     )
     waiting = set(out)
     try:
