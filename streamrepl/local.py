@@ -5,6 +5,11 @@ memory storage, or noida-db, which keeps its data under the state directory
 (streamrepl.local_brokers has what differs between them). What we started is recorded in
 a state directory so that later CLI invocations can find, reuse and stop exactly those
 processes and nothing else.
+
+Why this is longer than the modules' guide: the state directory's records (checked field by field when read), the
+ports each cluster keeps across restarts and the TLS terminators in front of the brokers are all parts of one
+lifecycle (up, status, down, freeze) that must agree on what runs; they are candidates for a module of their own
+(the state records) once a second user of them appears.
 """
 
 from __future__ import annotations
