@@ -196,10 +196,11 @@ def line_check(rtts: list[float], megabytes: int = 2048, cap_mbit: float = 100) 
 
 
 @contextmanager
-def clusters_behind_line(logdir: Path) -> Iterator[tuple[DelayLine, int, str, str, int]]:
+def clusters_behind_line(logdir: Path, source_props: dict[str, str]) -> Iterator[tuple[DelayLine, int, str, str, int]]:
     """The destination on loopback (streamrepl.local), the source a Tansu broker started here (as streamrepl.local
     starts one) that advertises the delay line's port; a registry naming the source by the line's address, in
-    $STREAMREPL_CLUSTERS. Yields (line, source broker pid, source bootstrap, destination bootstrap, dest pid)."""
+    $STREAMREPL_CLUSTERS, with `source_props` in the source's entry (client settings the gateway's clients of the
+    source get, where the gateway sets none of its own). Yields (line, source broker pid, source bootstrap, destination bootstrap, dest pid)."""
     logdir.mkdir(parents=True, exist_ok=True)
     tansu_port = free_port()
     line = DelayLine(f"127.0.0.1:{tansu_port}")
@@ -224,7 +225,7 @@ def clusters_behind_line(logdir: Path) -> Iterator[tuple[DelayLine, int, str, st
             doc = {
                 "default": bench.SRC,
                 "clusters": {
-                    bench.SRC: {"bootstrap.servers": line.address},
+                    bench.SRC: {"bootstrap.servers": line.address, **source_props},
                     bench.DST: {"bootstrap.servers": ec.brokers[bench.DST].bootstrap},
                 },
             }
@@ -248,7 +249,7 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
 
     out = []
     value = b"v" * a.size
-    with clusters_behind_line(logdir / f"rtt{rtt:g}") as (line, src_pid, sb, db, dst_pid):
+    with clusters_behind_line(logdir / f"rtt{rtt:g}", a.source_props) as (line, src_pid, sb, db, dst_pid):
         reg = registry.load()
         dst_cluster = reg.get(bench.DST)
         cpu = bench.CpuMeter([src_pid, dst_pid])
@@ -338,14 +339,23 @@ def main() -> int:
     ap.add_argument("--gateway-timeout", type=float, default=240.0)
     ap.add_argument("--line-only", action="store_true", help="only measure the delay line alone")
     ap.add_argument("--skip-line", action="store_true", help="do not measure the delay line alone first")
+    ap.add_argument(
+        "--source-prop",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a client setting in the source's registry entry (the gateway's clients only; repeatable)",
+    )
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     a.rtts = [float(x) for x in a.rtts.split(",") if x]
     a.partitions = [int(x) for x in a.partitions.split(",") if x]
+    a.source_props = dict(p.split("=", 1) for p in a.source_prop)
     if not bench.C_RELAY.exists() and not a.line_only:
         print("no C relay: run bench/setup", file=sys.stderr)
         return 2
     res: dict = {"records": a.records, "size": a.size, "machine": bench.machine(), "started": time.time()}
+    res["source_props"] = a.source_props
     if not a.skip_line:
         bench.log("the delay line alone")
         res["line"] = line_check(a.rtts)
