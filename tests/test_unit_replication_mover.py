@@ -611,22 +611,3 @@ def test_two_links_from_one_source_stream_have_a_consumer_each() -> None:
     plan = Plan([y], {Unit(y.dst, "t", 0): [(y, kt)]}, {}, [])
     partitions.follow(plan, {kafka_topic_name(y.dst, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
     assert len(partitions.sources) == 1
-
-
-def test_a_source_consumer_asks_for_fetches_that_fill_a_long_link_unless_the_registry_says_otherwise(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """librdkafka moves one fetch answer a round trip per broker; at 1 MB a partition (its default), 4 partitions get
-    4 MB a round trip (partitions.LONG_LINK_FETCH). A cluster entry that names the setting keeps its own value."""
-    from streamrepl.replication import partitions
-
-    made: list[dict[str, Any]] = []
-    monkeypatch.setattr(partitions.discovery, "learn_cached", lambda cluster: None)
-    monkeypatch.setattr(partitions.kafka, "busy_fetch_wait_ms", lambda cluster: 10)
-    monkeypatch.setattr(partitions.kafka, "consumer", lambda cluster, **extra: made.append(extra))
-    partitions.source_consumer(Cluster("sf", {"bootstrap.servers": "127.0.0.1:1"}))
-    assert made[-1]["max.partition.fetch.bytes"] == 8 * 1024 * 1024
-    partitions.source_consumer(
-        Cluster("sf", {"bootstrap.servers": "127.0.0.1:1", "max.partition.fetch.bytes": "2097152"})
-    )
-    assert "max.partition.fetch.bytes" not in made[-1], "the registry's own value is the client's"

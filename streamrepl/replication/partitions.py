@@ -41,14 +41,6 @@ RETRY_SECONDS = 5.0
 #: idle 30 % of the run; with 10 ms 108-142k/s, same brokers, same minutes; BENCHMARKS.md, issue 15). The wait is
 #: a timer inside the client: no request is sent while the prefetch is full.
 FETCH_QUEUE_BACKOFF_MS = 10
-#: Fetch sizes for a source across a long link. librdkafka keeps one fetch in flight per broker connection, so a
-#: consumer moves at most one fetch answer a round trip, and its default share of an answer per partition is 1 MB
-#: (max.partition.fetch.bytes): 4 partitions, 4 MB a round trip, 80 MB/s at 50 ms and 40 MB/s at 100 ms. 8 MB a
-#: partition lets an answer reach fetch.max.bytes (50 MB) from 7 partitions on; the prefetch stays bounded by
-#: queued.max.messages.kbytes (64 MB) plus one answer. Tansu 0.6 caps every answer at about 4.2 MB whatever is asked
-#: (docs/bench-wan.md), so there it changes nothing measurable; Apache Kafka honours it (not measured here). A setting
-#: the cluster's registry entry names is left to it.
-LONG_LINK_FETCH: dict[str, Any] = {"max.partition.fetch.bytes": 8 * 1024 * 1024}
 #: Up to this many topics new to a source consumer are asked for one by one; more (a gateway starting) in one listing.
 INTRODUCE_ONE_BY_ONE = 8
 #: How long the loop waits for a source cluster to say where the topics new to its consumer are (seconds).
@@ -72,7 +64,6 @@ def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = No
         "queued.min.messages": 200000,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
-    extra.update({k: v for k, v in LONG_LINK_FETCH.items() if k not in cluster.client_properties})
     extra.update(reports_lost_connection(cluster, on_lost))
     return kafka.consumer(cluster, **extra)
 
