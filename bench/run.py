@@ -57,7 +57,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> Non
         f.result(30)
 
 
-def fill(bootstrap: str, topic: str, n: int, value: bytes = VALUE) -> float:
+def fill(bootstrap: str, topic: str, n: int, value: bytes = VALUE, partitions: int = PARTITIONS) -> float:
     """Write n records (key, value, one header, a timestamp) as fast as possible; seconds taken."""
     p = Producer(
         {
@@ -74,7 +74,7 @@ def fill(bootstrap: str, topic: str, n: int, value: bytes = VALUE) -> float:
     for i in range(n):
         while True:
             try:
-                p.produce(topic, value, str(i).encode(), partition=i % PARTITIONS, headers=hdr, timestamp=ts)
+                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=hdr, timestamp=ts)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -177,15 +177,20 @@ def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> 
     return dt
 
 
-def c_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float | str:
+def c_relay(
+    src: str, dst: str, src_topic: str, dst_topic: str, n: int, partitions: int = PARTITIONS, overrides: tuple = ()
+) -> float | str:
     """bench/relay.c: librdkafka consume -> produce in C, one origin header added per record. Seconds from its
-    start (process start-up included) until all n are acknowledged, or why it could not run."""
+    start (process start-up included) until all n are acknowledged, or why it could not run. `overrides`: the
+    relay's c./p. settings (e.g. "p.enable.idempotence=true", the idempotent relay of bench/wan.py)."""
     if not C_RELAY.exists():
         return "no C relay (run bench/setup)"
     origin = "00000000-0000-4000-8000-00000000c0de"  # as long as a stream's uuid, like the gateway's header
     t0 = time.perf_counter()
     r = subprocess.run(
-        [str(C_RELAY), src, dst, src_topic, dst_topic, str(PARTITIONS), str(n), origin], capture_output=True, text=True
+        [str(C_RELAY), src, dst, src_topic, dst_topic, str(partitions), str(n), origin, *overrides],
+        capture_output=True,
+        text=True,
     )
     dt = time.perf_counter() - t0
     if r.returncode:
@@ -392,9 +397,9 @@ def stop_gateways(gws: list[subprocess.Popen]) -> None:
             gw.wait()
 
 
-def new_link(name: str, topics: list[str], paused: bool, *extra: str) -> tuple[str, str]:
+def new_link(name: str, topics: list[str], paused: bool, *extra: str, partitions: int = PARTITIONS) -> tuple[str, str]:
     src, dst = f"/{SRC}/{name}", f"/{DST}/{name}"
-    cli("stream", "create", "-path", src, "-defaultpartitions", str(PARTITIONS))
+    cli("stream", "create", "-path", src, "-defaultpartitions", str(partitions))
     for t in topics:
         cli("stream", "topic", "create", "-path", src, "-topic", t)
     cli("stream", "create", "-path", dst, "-copymetafrom", src)
@@ -414,16 +419,21 @@ def gateway_throughput(
     cpu: CpuMeter,
     workers: int = 0,
     suffix: str = "",
+    partitions: int = PARTITIONS,
+    filled: Callable[[], None] | None = None,
 ) -> dict:
     """n records preloaded on the source; `gateways` gateway processes, or (workers > 0) one `gateway start -workers
     N`; timed from `replica resume` until the replica holds all n, and from its first record to its last (the steady
-    rate, start-up excluded)."""
+    rate, start-up excluded). `filled` is called once the source holds the records, before the gateways start
+    (bench/wan.py adds the round trip there)."""
     from streamrepl import kafka
 
     name = (f"g{len(value)}w{workers}" if workers else f"g{len(value)}x{gateways}") + suffix
-    src, dst = new_link(name, ["t"], paused=True)
+    src, dst = new_link(name, ["t"], paused=True, partitions=partitions)
     cli("stream", "topic", "create", "-path", dst, "-topic", "t")
-    fill(sb, f"sr.{name}.t", n, value)
+    fill(sb, f"sr.{name}.t", n, value, partitions)
+    if filled is not None:
+        filled()
     if workers:
         gws = [start_gateway(logdir, name, "-workers", str(workers))]
         # -workers 1 is a plain gateway under its own id; N > 1 are workers <id>.w1 ... <id>.wN
@@ -466,7 +476,7 @@ def gateway_throughput(
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
         got, first = 0, None
         while time.perf_counter() - t0 < timeout:
-            got = landed(dst_cluster, f"sr.{name}.t", n, c, list(range(PARTITIONS)) if got else None)
+            got = landed(dst_cluster, f"sr.{name}.t", n, c, list(range(partitions)) if got else None)
             if got and first is None:
                 first = (time.perf_counter(), got)
             if got >= n:
@@ -498,6 +508,8 @@ def gateway_throughput(
         "delivered": got,
         "complete": got >= n,
         "steady_records_s": round(steady) if steady else None,
+        # from `replica resume` (the command returned) to the first replicated record seen (polled every 50 ms)
+        "first_record_s": round(first[0] - t0, 3) if first else None,
         "MB_s": round(got * (len(value) + 13) / dt / 1e6, 1),
         "peak_rss_MB": max((r for r in rss if r), default=None),
         **used,

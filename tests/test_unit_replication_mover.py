@@ -102,14 +102,26 @@ class FakeConsumer:
         self.seeks: list[tuple[str, int, int]] = []
         #: the end requests made of it (the replica reader's end checks)
         self.asked: list[tuple[str, list[tuple[str, int]]]] = []
+        #: librdkafka's position of each partition: the offset after the last record consumed, OFFSET_INVALID
+        #: (-1001) while nothing was consumed since its assignment
+        self.positions: dict[tuple[str, int], int] = {}
 
     def consume(self, n: int, timeout: float = 0) -> list[Msg]:
         out = [m for m in self.queued if (m.topic(), m.partition()) not in self.paused][:n]
         self.queued = [m for m in self.queued if m not in out]
+        for m in out:
+            self.positions[(m.topic(), m.partition())] = m.offset() + 1
         return out
 
     def incremental_assign(self, tps: list[Any]) -> None:
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
+        for tp in tps:
+            self.positions[(tp.topic, tp.partition)] = -1001
+
+    def position(self, tps: list[Any]) -> list[Any]:
+        return [
+            TopicPartition(tp.topic, tp.partition, self.positions.get((tp.topic, tp.partition), -1001)) for tp in tps
+        ]
 
     def incremental_unassign(self, tps: list[Any]) -> None:
         gone = {(tp.topic, tp.partition) for tp in tps}
