@@ -27,6 +27,7 @@ NOT_FILES = {
     "docs/architecture.md": {"client.py", "checkpoints.py", "gateway_info.py", "cursors.py", "broker.py"},
     # Built by bench/setup, not tracked.
     "BENCHMARKS.md": {"bench/.build/relay"},
+    "docs/bench-wan.md": {"bench/.build/relay", "bench/.build"},
 }
 
 TOP_DIRS = ("streamrepl", "tests", "bench", "docs", "scripts", "man", "completions", ".ci")
