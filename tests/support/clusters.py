@@ -102,7 +102,7 @@ def crash_broker(ec: EphemeralClusters, name: str, down_seconds: float = 1.0) ->
         )
     broker.pid = proc.pid
     local._CHILDREN[proc.pid] = proc
-    local._wait_ready(proc, broker, local.READY_TIMEOUT)
+    local._wait_ready(proc, broker, local.READY_TIMEOUT, ec.state_dir)
     # Recorded, so that the fixture's `local down` stops the new process.
     local._save(ec.state_dir, {**local._load(ec.state_dir), name: broker})
 
