@@ -15,7 +15,7 @@ from test_metrics import free_port, sample, scrape
 
 from streamrepl.local import EphemeralClusters
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.lifecycle]  # a minute and a half: .ci/run's lifecycle step
 
 
 @pytest.fixture(scope="module")
