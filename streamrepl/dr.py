@@ -131,7 +131,7 @@ def _paired(new_path: str, new_rec: Stream, old_path: str, old_rec: Stream) -> b
     return not entry.uuid or entry.uuid in (new_rec.uuid, before)
 
 
-def _check_failback(
+def check_failback(
     reg: Registry, new_r: streams.Resolved, new_rec: Stream, old_r: streams.Resolved, old_rec: Stream
 ) -> None:
     if new_r.path == old_r.path:

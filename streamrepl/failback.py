@@ -105,7 +105,7 @@ def failback(
             )
         streams.check_perm(new_rec, "adminperm", new_r.path, "add replicas")
         streams.check_perm(old_rec, "adminperm", old_r.path, "delete it")
-        dr._check_failback(reg, new_r, new_rec, old_r, old_rec)
+        dr.check_failback(reg, new_r, new_rec, old_r, old_rec)
         plan, known = dr.plan_failback(old_r, old_rec, new_r, new_rec, ends)
         aside = dr.aside_path(old_r)
         _announce(new_r, old_r, old_rec, plan, known, aside, say)
@@ -141,7 +141,7 @@ def failback(
         if found is None:
             if old_rec is None:
                 raise NotFound(f"stream {old_r.path} was deleted meanwhile; nothing was changed")
-            dr._check_failback(reg, new_r, new_rec, old_r, old_rec)  # again: another run may have finished meanwhile
+            dr.check_failback(reg, new_r, new_rec, old_r, old_rec)  # again: another run may have finished meanwhile
             made = streams.resolve(reg, str(begun["aside"]))
             if begun["asidenew"] and made.store.get(made.path.path) is not None:
                 # another run made it since the plan: this one must neither copy over it nor delete it on a roll back

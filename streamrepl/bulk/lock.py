@@ -4,6 +4,7 @@ at once; `RecordLock` is the mechanism, which the DR operations' lock (oplock.py
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import getpass
@@ -63,7 +64,7 @@ def _dead_here(held: dict[str, Any]) -> bool:
     return False
 
 
-class RecordLock:
+class RecordLock(abc.ABC):
     """A lock in the field `FIELD` of a stream's metadata record (compare-and-set). Subclasses name the field, the
     error a refused run gets and what else the lock records."""
 
@@ -85,8 +86,9 @@ class RecordLock:
         """What the lock records besides its owner and times."""
         return {}
 
+    @abc.abstractmethod
     def _refuse(self, held: dict[str, Any]) -> StreamreplError:
-        raise NotImplementedError
+        """The error that refuses a run while `held` (the lock's record) is another live run's."""
 
     def _held(self, current: Stream | None) -> dict[str, Any] | None:
         value = getattr(current, self.FIELD) if current is not None else None
