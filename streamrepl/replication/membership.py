@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import queue
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -107,6 +109,10 @@ class SlotGroup:
         #: the cluster's gateway reports (statustopic): who is alive, whose seat is held by whom
         self._gateway_reports = gateway_reports or (lambda: statustopic.read(cluster, "gateway|"))
         self._next_seat_check = 0.0
+        #: the look for dead seats (a thread: _check_seats), what it found, and the admin client it describes with
+        self._look: threading.Thread | None = None
+        self._found: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        self._admin: Any = None
         #: static member (docs/brokers.md): decided at join(), once the broker's answers are known
         self.static = False
         self.gateway_id = gateway_id
@@ -194,6 +200,10 @@ class SlotGroup:
                     f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
                     f" with -id {self.gateway_id}; give each gateway its own -id"
                 )
+        while not self._found.empty():  # what the last look for dead seats found (_check_seats)
+            for instance in self._found.get():
+                if instance not in self.adopted and self.consumer is not None:
+                    self._adopt(instance)
         if self.static and self.consumer is not None and time.monotonic() >= self._next_seat_check:
             self._next_seat_check = time.monotonic() + SEAT_CHECK_SECONDS
             self._check_seats()
@@ -237,30 +247,49 @@ class SlotGroup:
     def members(self) -> list[str] | None:
         """The instance ids of the group's static members, as the broker describes the group; None when it does not
         say (it lists no members, or no instance ids)."""
-        admin = kafka.admin_client(self.cluster)
-        info = kafka.describe_groups(self.cluster, admin, [self.group_id]).get(self.group_id)
+        if self._admin is None:
+            self._admin = kafka.admin_client(self.cluster)  # kept: asked every SEAT_CHECK_SECONDS
+        info = kafka.describe_groups(self.cluster, self._admin, [self.group_id]).get(self.group_id)
         ids = [m.instance_id for m in (info.members if info is not None else []) if m.instance_id]
         return ids or None
 
     def _check_seats(self) -> None:
-        """Leave the adopted seats that got their slots (where that is safe), then adopt dead gateways' seats: a
-        describe of the group, and a read of the gateway reports when it has members other than this gateway's."""
+        """Leave the adopted seats that got their slots (where that is safe), and start the next look for dead seats
+        in a thread of its own (poll() adopts what it finds): a describe of the group, and a read of the gateway
+        reports when it has members other than this gateway's (a read of the status topic took the gateway's loop,
+        which polls the group, a few hundred ms every few seconds)."""
         try:
             self.retire_adopted()
+        except (StreamreplError, kafka.KafkaException) as e:
+            log.warning("gateway %s: an adopted seat could not be left (%s)", self.gateway_id, e)
+        if self._look is None or not self._look.is_alive():
+            mine = {self.gateway_id, *self.adopted}
+            self._look = threading.Thread(target=self._look_for_dead, args=(mine,), name="seat-look", daemon=True)
+            self._look.start()
+
+    def _look_for_dead(self, mine: set[str]) -> None:
+        try:
             members = self.members()
-            if members is not None and set(members) <= {self.gateway_id, *self.adopted}:
+            if members is not None and set(members) <= mine:
                 return
-            self.adopt_dead(self._gateway_reports(), members)
+            self._found.put(self.dead_seats(self._gateway_reports(), members, mine))
         except (StreamreplError, kafka.KafkaException) as e:
             log.warning("gateway %s: the slot group's members could not be checked (%s)", self.gateway_id, e)
 
     def adopt_dead(self, reports: dict[str, dict[str, Any]], members: list[str] | None) -> list[str]:
-        """Adopt the seats of the group's members whose gateways are dead by their status reports (`reports`: the
-        cluster's gateway reports; `members`: the group's instance ids, see members()) and that this gateway is the
-        one to adopt (each dead seat falls to one live gateway, by its id's hash, so that two do not fence each
-        other in turn). Returns the instance ids adopted."""
+        """Adopt the seats dead_seats finds. Returns the instance ids adopted."""
         if not self.static or self.consumer is None:
             return []
+        taken = self.dead_seats(reports, members, {self.gateway_id, *self.adopted})
+        for instance in taken:
+            self._adopt(instance)
+        return taken
+
+    def dead_seats(self, reports: dict[str, dict[str, Any]], members: list[str] | None, mine: set[str]) -> list[str]:
+        """The seats of the group's members whose gateways are dead by their status reports (`reports`: the
+        cluster's gateway reports; `members`: the group's instance ids, see members(); `mine`: the seats this gateway
+        holds) that this gateway is the one to adopt (each dead seat falls to one live gateway, by its id's hash, so
+        that two do not fence each other in turn)."""
         now_ms = time.time() * 1000
         live = {str(r.get("gateway")) for r in reports.values() if statustopic.is_live(r, now_ms)}
         live.add(self.gateway_id)
@@ -271,25 +300,21 @@ class SlotGroup:
         # Only members with a report that went stale or says stopped: a gateway reports before it joins, so a
         # member without one is none of streamrepl's (or its report is still on its way), never adopted.
         reported = {str(r.get("gateway")) for r in reports.values()}
-        mine = {self.gateway_id, *self.adopted}
         dead = sorted((set(members) & reported) - live - held - mine)
         adopters = sorted(live)
-        taken = []
-        for instance in dead:
-            if adopters[zlib.crc32(instance.encode()) % len(adopters)] != self.gateway_id:
-                continue
-            log.warning(
-                "gateway %s takes the seat of gateway %s in the slot group: it stopped reporting and the broker"
-                " keeps its slots",
-                self.gateway_id,
-                instance,
-            )
-            seat = Seat(instance, None)  # type: ignore[arg-type]
-            seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
-            self.adopted[instance] = seat
-            self.stats.seats_adopted += 1
-            taken.append(instance)
-        return taken
+        return [i for i in dead if adopters[zlib.crc32(i.encode()) % len(adopters)] == self.gateway_id]
+
+    def _adopt(self, instance: str) -> None:
+        log.warning(
+            "gateway %s takes the seat of gateway %s in the slot group: it stopped reporting and the broker keeps its"
+            " slots",
+            self.gateway_id,
+            instance,
+        )
+        seat = Seat(instance, None)  # type: ignore[arg-type]
+        seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
+        self.adopted[instance] = seat
+        self.stats.seats_adopted += 1
 
     def retire_adopted(self) -> None:
         """Leave (LeaveGroup) the adopted seats that have their slots, so that the live gateways share them: only
