@@ -1,4 +1,4 @@
-"""The package keeps the shape a newcomer can find their way in (docs/architecture.md): small modules and classes,
+"""The package keeps the shape a newcomer can find their way in (docs/architecture.md): modules of a readable size,
 no import cycles, one package that talks to brokers, one module that reads settings. Read from the source, so a
 change that breaks a rule fails here with the place to look, not in a review months later."""
 
@@ -12,7 +12,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "streamrepl"
 MAX_MODULE_LINES = 500
-MAX_CLASS_LINES = 300
 #: Only these may import confluent_kafka: the adapter package.
 KAFKA_PACKAGE = "streamrepl.kafka"
 SETTINGS_MODULE = "streamrepl.settings"
@@ -84,11 +83,9 @@ def test_module_is_small(module: str) -> None:
     path = MODULES[module]
     lines = len(path.read_text().splitlines())
     tree = ast.parse(path.read_text())
+    # No limit on a class: a class is as large as its one concern (a cap on classes cut concerns into fragments
+    # that reached into each other's fields).
     assert lines <= MAX_MODULE_LINES or _has_reason(tree, tree), f"{path} has {lines} lines"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            size = (node.end_lineno or node.lineno) - node.lineno + 1
-            assert size <= MAX_CLASS_LINES or _has_reason(node, node), f"{path}: class {node.name} has {size} lines"
 
 
 def test_no_import_cycles() -> None:
