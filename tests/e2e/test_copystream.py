@@ -12,24 +12,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 from support import Run
-from support.clusters import registered_clusters
-from support.copying import TS0, Env, assert_copied, cli, copied, records, send
+from support.copying import TS0, assert_copied, cli, copied, records, send
+from support.env import Env
 
 from streamrepl import kafka, streams
 from streamrepl.bulk.lock import CopyLock, CopyLocked
 
 SRC, DST = "/sanfrancisco/activity", "/newyork/activity"
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[Env]:
-    with registered_clusters(["sanfrancisco", "newyork"]) as ec:
-        yield Env(ec)
 
 
 # -- tests -------------------------------------------------------------------------------------
@@ -50,16 +43,16 @@ def test_bad_spark_options_are_refused_before_anything_changes(
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, *option)
     assert code != 0 and out == ""
     assert len(err.strip().splitlines()) == 1 and option[1] in err, err
-    d = streams.resolve(env.reg, dst)
+    d = streams.resolve(env.registry, dst)
     assert d.store.get(d.path.path) is None
-    assert env.kt(dst, "t") not in kafka.topics(env.reg.get("newyork"))
+    assert env.kt(dst, "t") not in kafka.topics(env.registry.get("newyork"))
 
 
 @pytest.mark.spark
 def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     """The first copy on Spark, the rerun in this process: either engine continues what the other copied."""
     env.make_stream(SRC, ["clicks", "views", "orders"], 4)
-    bs = env.bootstrap("sanfrancisco")
+    bs = env.bs("sanfrancisco")
     send(bs, env.kt(SRC, "clicks"), 12, 4, single=True, tag="c")
     send(bs, env.kt(SRC, "clicks"), 4000, 4, start=12, tag="c")
     send(bs, env.kt(SRC, "views"), 3000, 4, tag="v")
@@ -74,8 +67,8 @@ def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytes
     assert re.search(r"in [\d.]+ s, \d+ records/s; Spark start-up [\d.]+ s; 12 partitions$", out.strip())
 
     # The destination was created from the source's metadata, with the same topics and partition counts.
-    _, dst_rec = streams.load(env.reg, DST)
-    _, src_rec = streams.load(env.reg, SRC)
+    _, dst_rec = streams.load(env.registry, DST)
+    _, src_rec = streams.load(env.registry, SRC)
     assert dst_rec.uuid != src_rec.uuid and dst_rec.settings.defaultpartitions == 4
     assert {t: m.partitions for t, m in dst_rec.topics.items()} == {"clicks": 4, "views": 4, "orders": 4}
     assert dst_rec.copylock is None  # released
@@ -100,7 +93,7 @@ def test_copy_preserves_offsets_and_reruns_copy_only_new(env: Env, capsys: pytes
 def test_gaps_become_fillers_and_later_offsets_line_up(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     src, dst = "/sanfrancisco/tx", "/newyork/tx"
     env.make_stream(src, ["t"], 1)
-    bs, kt = env.bootstrap("sanfrancisco"), env.kt(src, "t")
+    bs, kt = env.bs("sanfrancisco"), env.kt(src, "t")
     send(bs, kt, 3, 1, single=True)  # 0..2
     tp = Producer({"bootstrap.servers": bs, "transactional.id": "copy-test", "log_level": 0})
     tp.init_transactions(10)
@@ -128,7 +121,7 @@ def test_gaps_become_fillers_and_later_offsets_line_up(env: Env, capsys: pytest.
     assert code == 0, err
     assert copied(out) == len(visible) and f"{len(gaps)} fillers" in out
     assert assert_copied(env, src, dst, {"t": 1}) == (len(visible), len(gaps))
-    copy = records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)
+    copy = records(env.bs("newyork"), env.kt(dst, "t"), 0)
     assert [r[0] for r in copy if r[6]] == gaps
     assert len(copy) == end  # the trailing marker has its filler too
 
@@ -137,13 +130,13 @@ def test_gaps_become_fillers_and_later_offsets_line_up(env: Env, capsys: pytest.
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-numthreads", "2")
     assert code == 0 and copied(out) == 3, err
     assert assert_copied(env, src, dst, {"t": 1}) == (len(visible) + 3, len(gaps))
-    assert [r[0] for r in records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)][-3:] == [end, end + 1, end + 2]
+    assert [r[0] for r in records(env.bs("newyork"), env.kt(dst, "t"), 0)][-3:] == [end, end + 1, end + 2]
 
 
 def test_an_open_transaction_stops_the_copy_until_it_is_decided(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     src, dst = "/sanfrancisco/open", "/newyork/open"
     env.make_stream(src, ["t"], 1)
-    bs, kt = env.bootstrap("sanfrancisco"), env.kt(src, "t")
+    bs, kt = env.bs("sanfrancisco"), env.kt(src, "t")
     send(bs, kt, 4, 1, single=True)  # 0..3
     tp = Producer({"bootstrap.servers": bs, "transactional.id": "copy-open", "log_level": 0})
     tp.init_transactions(10)
@@ -154,7 +147,7 @@ def test_an_open_transaction_stops_the_copy_until_it_is_decided(env: Env, capsys
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-json")
     assert code != 0
     assert "stopped at offset 4 behind a transaction still open in the source" in out
-    assert [r[0] for r in records(env.bootstrap("newyork"), env.kt(dst, "t"), 0)] == [0, 1, 2, 3]
+    assert [r[0] for r in records(env.bs("newyork"), env.kt(dst, "t"), 0)] == [0, 1, 2, 3]
 
     tp.commit_transaction(10)
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
@@ -168,12 +161,12 @@ def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.
     it lets go, the run copies. The lock is the same whichever engine copies."""
     src, dst = "/sanfrancisco/busy", "/newyork/busy"
     env.make_stream(src, ["t"], 2)
-    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 3000, 2)
+    send(env.bs("sanfrancisco"), env.kt(src, "t"), 3000, 2)
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
     assert code == 0 and copied(out) == 3000, err
-    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 100, 2, start=3000)
-    store = streams.resolve(env.reg, dst).store
-    other = CopyLock(streams.resolve(env.reg, dst), "/sanfrancisco/elsewhere")
+    send(env.bs("sanfrancisco"), env.kt(src, "t"), 100, 2, start=3000)
+    store = streams.resolve(env.registry, dst).store
+    other = CopyLock(streams.resolve(env.registry, dst), "/sanfrancisco/elsewhere")
     other.acquire()
     try:
         code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
@@ -182,7 +175,7 @@ def test_second_run_on_the_same_destination_is_refused(env: Env, capsys: pytest.
             r"copystream: destination /newyork/busy is being copied by another run \(owner \S+, since ", err
         )
         kt = env.kt(dst, "t")
-        assert sum(len(records(env.bootstrap("newyork"), kt, p)) for p in range(2)) == 3000  # nothing copied
+        assert sum(len(records(env.bs("newyork"), kt, p)) for p in range(2)) == 3000  # nothing copied
     finally:
         other.release()
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
@@ -198,17 +191,17 @@ def test_a_record_written_into_the_copy_is_reported_even_with_nothing_new_to_cop
     offset, so nothing looks new; copystream must still say that the copy is not the source's, and exit 1."""
     src, dst = "/sanfrancisco/strayed", "/newyork/strayed"
     env.make_stream(src, ["t"], 1)
-    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 5, 1)
+    send(env.bs("sanfrancisco"), env.kt(src, "t"), 5, 1)
     code, _, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
     assert code == 0, err
-    send(env.bootstrap("newyork"), env.kt(dst, "t"), 1, 1, start=100, plain=True)
-    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), 1, 1, start=5)
+    send(env.bs("newyork"), env.kt(dst, "t"), 1, 1, start=100, plain=True)
+    send(env.bs("sanfrancisco"), env.kt(src, "t"), 1, 1, start=5)
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
     assert code != 0
     assert "/newyork/strayed:t[0]: the record at offset 5 of the copy did not come from the source" in err
     assert err.count("/newyork/strayed:t[0]:") == 1, err
     # The copy ahead of the source.
-    send(env.bootstrap("newyork"), env.kt(dst, "t"), 2, 1, start=200, plain=True)
+    send(env.bs("newyork"), env.kt(dst, "t"), 2, 1, start=200, plain=True)
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst)
     assert code != 0
     assert "/newyork/strayed:t[0]: the copy ends at offset 8, past the source's end 6" in err
@@ -216,7 +209,7 @@ def test_a_record_written_into_the_copy_is_reported_even_with_nothing_new_to_cop
 
 def test_a_dead_runs_lock_expires(env: Env) -> None:
     env.make_stream("/newyork/locked", [], 1)
-    r = streams.resolve(env.reg, "/newyork/locked")
+    r = streams.resolve(env.registry, "/newyork/locked")
     dead = CopyLock(r, "/sanfrancisco/x", ttl=0.5)
     dead.acquire()
     with pytest.raises(CopyLocked, match="being copied by another run"):
@@ -234,7 +227,7 @@ def test_the_lock_of_a_run_killed_on_this_host_is_taken_at_once(env: Env) -> Non
     host sees that the process is gone and takes the lock without waiting for it to expire. The lock of a run on
     a Spark cluster (executors may outlive the driver for a while) is waited for."""
     env.make_stream("/newyork/crashed", [], 1)
-    r = streams.resolve(env.reg, "/newyork/crashed")
+    r = streams.resolve(env.registry, "/newyork/crashed")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     crashed = CopyLock(r, "/sanfrancisco/x")
@@ -254,7 +247,7 @@ def test_the_lock_of_a_run_killed_on_this_host_is_taken_at_once(env: Env) -> Non
 
 def test_a_live_holder_on_this_host_keeps_its_lock(env: Env) -> None:
     env.make_stream("/newyork/held", [], 1)
-    r = streams.resolve(env.reg, "/newyork/held")
+    r = streams.resolve(env.registry, "/newyork/held")
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         holder = CopyLock(r, "/sanfrancisco/x")
@@ -269,10 +262,10 @@ def test_a_live_holder_on_this_host_keeps_its_lock(env: Env) -> None:
 
 def test_permissions_are_checked(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     env.make_stream("/sanfrancisco/private", ["t"], 1)
-    streams.edit(env.reg, "/sanfrancisco/private", {"copyperm": "u:nobody", "consumeperm": "u:nobody"})
+    streams.edit(env.registry, "/sanfrancisco/private", {"copyperm": "u:nobody", "consumeperm": "u:nobody"})
     code, _, err = cli(capsys, "copystream", "-src", "/sanfrancisco/private", "-dst", "/newyork/private")
     assert code != 0 and "lacks copyperm or consumeperm on stream /sanfrancisco/private" in err
-    assert streams.resolve(env.reg, "/newyork/private").store.get("/private") is None
+    assert streams.resolve(env.registry, "/newyork/private").store.get("/private") is None
     code, _, err = cli(capsys, "copystream", "-src", "/sanfrancisco/nosuch", "-dst", "/newyork/x")
     assert code != 0 and "stream /sanfrancisco/nosuch does not exist" in err
     code, _, err = cli(capsys, "copystream", "-src", SRC, "-dst", DST, "-sparkconf", "novalue")
@@ -344,7 +337,7 @@ def test_an_interrupted_copy_leaves_each_partition_whole_and_a_rerun_finishes(
     src, dst = f"/sanfrancisco/stopped{sig.value}", f"/newyork/stopped{sig.value}"
     n = 20_000  # 0.2 s of copying at least: the signal lands within milliseconds of the line
     env.make_stream(src, ["t"], 2)
-    send(env.bootstrap("sanfrancisco"), env.kt(src, "t"), n, 2)
+    send(env.bs("sanfrancisco"), env.kt(src, "t"), n, 2)
     run = _signal_after(
         ["copystream", "-src", src, "-dst", dst], env.registry_path, f"copying {n:,} records in-process".encode(), sig
     )
@@ -354,7 +347,7 @@ def test_an_interrupted_copy_leaves_each_partition_whole_and_a_rerun_finishes(
     assert len(errors) == 1, run.stderr
     assert errors[0].startswith(f"ERROR (4) - copystream: interrupted: the copy into {dst} stopped part way;")
     assert errors[0].rstrip().endswith("run copystream again to copy the rest"), errors
-    assert getattr(streams.resolve(env.reg, dst).store.get(f"/stopped{sig.value}"), "copylock", None) is None
+    assert getattr(streams.resolve(env.registry, dst).store.get(f"/stopped{sig.value}"), "copylock", None) is None
 
     code, out, err = cli(capsys, "copystream", "-src", src, "-dst", dst, "-json")
     assert code == 0, err

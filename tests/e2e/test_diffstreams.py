@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from support.clusters import registered_clusters
-from support.copying import TS0, Env, cli, records, send
+from support.copying import TS0, cli, records, send
+from support.env import Env
 
 from streamrepl.bulk.diffstreams import DIFF_COLUMNS
 
 SRC, DST = "/sanfrancisco/orders", "/newyork/orders"
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[Env]:
-    with registered_clusters(["sanfrancisco", "newyork"]) as ec:
-        yield Env(ec)
 
 
 @pytest.mark.spark
@@ -27,7 +20,7 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
     env: Env, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     env.make_stream(SRC, ["a", "b"], 2)
-    bs = env.bootstrap("sanfrancisco")
+    bs = env.bs("sanfrancisco")
     send(bs, env.kt(SRC, "a"), 1500, 2, tag="a")
     send(bs, env.kt(SRC, "b"), 6, 2, single=True, tag="b")
     tp = Producer({"bootstrap.servers": bs, "transactional.id": "diff-test", "log_level": 0})
@@ -66,8 +59,8 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
 
     # From here on in this process (small): the same rows.
     # The copy is changed: a foreign record where the source gets another one, in b[1] only.
-    b1_end = len(records(env.bootstrap("newyork"), env.kt(DST, "b"), 1))
-    p = Producer({"bootstrap.servers": env.bootstrap("newyork"), "log_level": 0})
+    b1_end = len(records(env.bs("newyork"), env.kt(DST, "b"), 1))
+    p = Producer({"bootstrap.servers": env.bs("newyork"), "log_level": 0})
     p.produce(env.kt(DST, "b"), value=b"planted", key=b"x", partition=1, timestamp=TS0)
     assert p.flush(10) == 0
     send(bs, env.kt(SRC, "b"), 1, 2, start=101, single=True, tag="late")  # b[1] gets one record
@@ -87,7 +80,7 @@ def test_equal_streams_match_and_a_planted_difference_is_found(
     code, out, err = cli(capsys, "diffstreams", "-src", SRC, "-dst", DST, "-first_exit", "-numthreads", "2")
     assert code != 0
     assert "ERROR (5) - diffstreams:" in err and "differ in" in err
-    b0_end = len(records(env.bootstrap("newyork"), env.kt(DST, "b"), 0))
+    b0_end = len(records(env.bs("newyork"), env.kt(DST, "b"), 0))
     got = {(r.split("\t")[0], r.split("\t")[1]): r.split("\t")[4] for r in out.strip().splitlines()[1:]}
     assert got.get(("b", "0"), str(b0_end)) == str(b0_end)
 

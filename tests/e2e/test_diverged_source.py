@@ -16,11 +16,8 @@ import socket
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import pytest
+from support.env import Env
 from support.histories import recreate_topic, write
 from support.streams import (
     Gateways,
@@ -40,27 +37,6 @@ from support.streams import (
 )
 
 from streamrepl import policy
-from streamrepl.local import EphemeralClusters
-from streamrepl.paths import kafka_topic_name
-
-
-@dataclass
-class Env:
-    ec: EphemeralClusters
-    reg: Path
-    logdir: Path
-
-    def bs_of(self, path: str) -> str:
-        return self.ec.brokers[sp(path).cluster].bootstrap
-
-    def kt(self, path: str, topic: str) -> str:
-        return kafka_topic_name(sp(path), topic)
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with EphemeralClusters(["sanfrancisco", "newyork"]) as ec:
-        yield Env(ec, ec.registry_path, tmp_path_factory.mktemp("gateways"))
 
 
 def pair(env: Env, topics: dict[str, int]) -> tuple[str, str]:

@@ -12,11 +12,10 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from support import not_on_noida
+from support.env import Env, own_env
 from support.streams import (
     Gateways,
     SteadyProducer,
@@ -33,29 +32,14 @@ from support.streams import (
     wait_until,
 )
 
-from streamrepl.local import EphemeralClusters
-
 TOPICS = {"clicks": 3, "views": 3, "buys": 3}
-
-
-@dataclass
-class Env:
-    ec: EphemeralClusters
-    reg: Path
-    logdir: Path
-
-    def bs(self, cluster: str) -> str:
-        return self.ec.brokers[cluster].bootstrap
-
-    def bs_of(self, path: str) -> str:
-        return self.bs(sp(path).cluster)
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     # Brokers of its own: three clusters, and gateways it kills and freezes while they write.
-    with EphemeralClusters(["sanfrancisco", "newyork", "tokyo"]) as ec:
-        yield Env(ec, ec.registry_path, tmp_path_factory.mktemp("gateways"))
+    with own_env(tmp_path_factory, ["sanfrancisco", "newyork", "tokyo"]) as e:
+        yield e
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from support import ON_NOIDA, kill_broker, one_error_line
+from support.env import Env, own_env
 from support.histories import recreate_topic, write
 from support.streams import (
     Gateways,
@@ -39,8 +39,6 @@ from support.streams import (
 )
 
 from streamrepl import local
-from streamrepl.local import EphemeralClusters
-from streamrepl.paths import kafka_topic_name
 
 pytestmark = pytest.mark.noida
 
@@ -49,32 +47,11 @@ pytestmark = pytest.mark.noida
 noida_run = pytest.mark.skipif(not ON_NOIDA, reason="long; runs with STREAMREPL_LOCAL_BROKER=noida")
 
 
-@dataclass
-class Env:
-    ec: EphemeralClusters
-    reg: Path
-    logdir: Path
-    #: brokers this module started again after a SIGKILL (EphemeralClusters stops only the ones it started)
-    restarted: dict[str, subprocess.Popen] = field(default_factory=dict)
-
-    def bs(self, path: str) -> str:
-        return self.ec.brokers[sp(path).cluster].bootstrap
-
-    def kt(self, path: str, topic: str) -> str:
-        return kafka_topic_name(sp(path), topic)
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     # Brokers of its own, on noida: see the module doc.
-    with EphemeralClusters(["sanfrancisco", "newyork"], broker="noida") as ec:
-        env = Env(ec, ec.registry_path, tmp_path_factory.mktemp("gateways"))
-        try:
-            yield env
-        finally:
-            for proc in env.restarted.values():
-                proc.terminate()
-                proc.wait(30)
+    with own_env(tmp_path_factory, broker="noida") as e:
+        yield e
 
 
 def pair(env: Env, topics: dict[str, int]) -> tuple[str, str]:
@@ -128,17 +105,17 @@ def lose_replicated_records(env: Env, src: str, dst: str, topic: str) -> int:
     for attempt in range(8):
         # A record that makes the broker save, so that the next save is a second away when the save is seen.
         before = saved_at(env, "sanfrancisco")
-        produce(env.bs(src), sp(src), topic, 1, 1, start=900 + attempt, tag=f"saved{attempt}")
+        produce(env.bs_of(src), sp(src), topic, 1, 1, start=900 + attempt, tag=f"saved{attempt}")
         wait_until(
             lambda before=before: saved_at(env, "sanfrancisco") != before, 10, "a save of the source broker", 0.01
         )
-        end = true_ends(env.bs(src), sp(src), {topic: 1})[(topic, 0)]
-        produce(env.bs(src), sp(src), topic, 5, 1, start=1000 + 10 * attempt, tag=f"lost{attempt}")
+        end = true_ends(env.bs_of(src), sp(src), {topic: 1})[(topic, 0)]
+        produce(env.bs_of(src), sp(src), topic, 5, 1, start=1000 + 10 * attempt, tag=f"lost{attempt}")
         wait_until(
-            lambda end=end: true_ends(env.bs(dst), sp(dst), {topic: 1})[(topic, 0)] >= end + 5, 10, "the copy", 0.01
+            lambda end=end: true_ends(env.bs_of(dst), sp(dst), {topic: 1})[(topic, 0)] >= end + 5, 10, "the copy", 0.01
         )
         kill_and_restart(env, "sanfrancisco")
-        now = true_ends(env.bs(src), sp(src), {topic: 1})[(topic, 0)]
+        now = true_ends(env.bs_of(src), sp(src), {topic: 1})[(topic, 0)]
         if now < end + 5:
             return now
     raise AssertionError("the source broker saved the records before every SIGKILL")
@@ -149,22 +126,22 @@ def test_a_source_broker_that_lost_replicated_records_is_detected_and_resync_bri
     env: Env,
 ) -> None:
     src, dst = pair(env, {"t": 1, "u": 1})
-    produce(env.bs(src), sp(src), "t", 20, 1)
-    produce(env.bs(src), sp(src), "u", 10, 1)
+    produce(env.bs_of(src), sp(src), "t", 20, 1)
+    produce(env.bs_of(src), sp(src), "u", 10, 1)
     with Gateways(env.reg, "newyork", env.logdir) as gws:
         gws.start()
         wait_until(lambda: caught_up(env.reg, src), 120, "the replica caught up")
         lost_end = lose_replicated_records(env, src, dst, "t")
-        replica_end = true_ends(env.bs(dst), sp(dst), {"t": 1})[("t", 0)]
+        replica_end = true_ends(env.bs_of(dst), sp(dst), {"t": 1})[("t", 0)]
         assert lost_end < replica_end
         # The source goes on: its new records take offsets the replica holds with other records.
-        produce(env.bs(src), sp(src), "t", replica_end - lost_end + 3, 1, start=2000, tag="new")
+        produce(env.bs_of(src), sp(src), "t", replica_end - lost_end + 3, 1, start=2000, tag="new")
         row = wait_until(lambda: in_error(env, src, dst), 120, "the link in error")
         error = row["lasterror"]
         assert f"source {src}:t partition 0 diverged at offset " in error, error
         assert f"'streamrepl stream replica resync -path {src} -replica {dst} -topic t'" in error, error
         assert row["isUptodate"] is False
-        held = read_partition(env.bs(dst), env.kt(dst, "t"), 0)
+        held = read_partition(env.bs_of(dst), env.kt(dst, "t"), 0)
         assert len(held) == replica_end, "nothing of the new history was written"
 
         # resync, gateway still running: it says what it will do, pauses the link and waits for the gateway.
@@ -181,17 +158,17 @@ def test_a_source_broker_that_lost_replicated_records_is_detected_and_resync_bri
         done = cli("stream", "replica", "resync", "-path", src, "-replica", dst, registry=env.reg)
         assert f"set aside: {aside} holds {dst} whole" in done.stderr, done.stderr
         # The replica's old records, its diverged tail among them, kept at their offsets.
-        kept = read_partition(env.bs(aside), env.kt(aside, "t"), 0)
+        kept = read_partition(env.bs_of(aside), env.kt(aside, "t"), 0)
         assert [(r.offset, r.key, r.value) for r in kept] == [(r.offset, r.key, r.value) for r in held]
 
         # The link replicates again, from the source's start: the replica is the source's copy, offset by offset.
-        produce(env.bs(src), sp(src), "t", 4, 1, start=3000, tag="after")
+        produce(env.bs_of(src), sp(src), "t", 4, 1, start=3000, tag="after")
         wait_until(lambda: caught_up(env.reg, src), 120, "the replica healthy again")
         row = row_of(env, src, dst)
         assert (row["replicaState"], row["lasterror"], row["paused"]) == ("REPLICA_STATE_REPLICATING", "", False)
         topics = {"t": 1, "u": 1}
-        assert same_ends(env.bs(src), sp(src), env.bs(dst), sp(dst), topics)
-        assert assert_identical(env.bs(src), sp(src), uuid_of(env.reg, src), env.bs(dst), sp(dst), topics) > 0
+        assert same_ends(env.bs_of(src), sp(src), env.bs_of(dst), sp(dst), topics)
+        assert assert_identical(env.bs_of(src), sp(src), uuid_of(env.reg, src), env.bs_of(dst), sp(dst), topics) > 0
         gws.stop_all()
     for log in env.logdir.glob("*.log"):
         assert "Traceback" not in log.read_text(), log.read_text()
@@ -205,13 +182,13 @@ def test_a_multi_master_pair_whose_one_broker_lost_records_shows_it_on_both_link
     with both links up to date and both streams equal."""
     src, dst = pair(env, {"t": 1})
     link(env.reg, dst, src)
-    produce(env.bs(src), sp(src), "t", 20, 1)
+    produce(env.bs_of(src), sp(src), "t", 20, 1)
     with Gateways(env.reg, "newyork", env.logdir) as ny_gws, Gateways(env.reg, "sanfrancisco", env.logdir) as sf_gws:
         ny_gws.start("ny-mm")
         sf_gws.start("sf-mm")
         wait_until(lambda: caught_up(env.reg, src) and caught_up(env.reg, dst), 120, "both links caught up")
         lost_end = lose_replicated_records(env, src, dst, "t")
-        replica_end = true_ends(env.bs(dst), sp(dst), {"t": 1})[("t", 0)]
+        replica_end = true_ends(env.bs_of(dst), sp(dst), {"t": 1})[("t", 0)]
         assert lost_end < replica_end
         wait_until(lambda: in_error(env, src, dst), 120, "the diverged link in error")
         row = wait_until(lambda: in_error(env, dst, src), 60, "the other link in error")
@@ -226,7 +203,7 @@ def test_a_multi_master_pair_whose_one_broker_lost_records_shows_it_on_both_link
         for a, b in ((src, dst), (dst, src)):
             r = row_of(env, a, b)
             assert (r["replicaState"], r["lasterror"], r["isUptodate"]) == ("REPLICA_STATE_REPLICATING", "", True), r
-        assert assert_identical(env.bs(src), sp(src), uuid_of(env.reg, src), env.bs(dst), sp(dst), {"t": 1}) > 0
+        assert assert_identical(env.bs_of(src), sp(src), uuid_of(env.reg, src), env.bs_of(dst), sp(dst), {"t": 1}) > 0
         ny_gws.stop_all()
         sf_gws.stop_all()
 
@@ -234,17 +211,17 @@ def test_a_multi_master_pair_whose_one_broker_lost_records_shows_it_on_both_link
 @noida_run
 def test_a_source_topic_recreated_under_a_running_gateway_is_detected(env: Env) -> None:
     src, dst = pair(env, {"t": 1})
-    produce(env.bs(src), sp(src), "t", 20, 1)
+    produce(env.bs_of(src), sp(src), "t", 20, 1)
     with Gateways(env.reg, "newyork", env.logdir) as gws:
         gws.start()
         wait_until(lambda: caught_up(env.reg, src), 120, "the replica caught up")
-        held = read_partition(env.bs(dst), env.kt(dst, "t"), 0)
+        held = read_partition(env.bs_of(dst), env.kt(dst, "t"), 0)
         # Outside streamrepl, under the gateway that fetches from it (noida survives that, Tansu does not).
-        recreate_topic(env.bs(src), env.kt(src, "t"), 1)
-        write(env.bs(src), env.kt(src, "t"), {0: 30}, "new")
+        recreate_topic(env.bs_of(src), env.kt(src, "t"), 1)
+        write(env.bs_of(src), env.kt(src, "t"), {0: 30}, "new")
         row = wait_until(lambda: in_error(env, src, dst), 120, "the link in error")
         assert f"source {src}:t partition 0 diverged at offset " in row["lasterror"], row
-        assert read_partition(env.bs(dst), env.kt(dst, "t"), 0) == held
+        assert read_partition(env.bs_of(dst), env.kt(dst, "t"), 0) == held
         gws.stop_all()
 
 
@@ -273,11 +250,11 @@ def test_resync_refuses_bad_input_in_one_line(env: Env) -> None:
 def test_resync_keeps_a_link_the_operator_had_paused_paused(env: Env) -> None:
     src, dst = pair(env, {"t": 1})
     new_topics(env.reg, dst, {"t": 1})  # what a gateway would make; none runs here
-    produce(env.bs(src), sp(src), "t", 4, 1)
-    produce(env.bs(dst), sp(dst), "t", 3, 1, tag="replica")
+    produce(env.bs_of(src), sp(src), "t", 4, 1)
+    produce(env.bs_of(dst), sp(dst), "t", 3, 1, tag="replica")
     cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
     done = cli("stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", registry=env.reg)
     assert f"the link {src} -> {dst} was paused before resync: it stays paused" in done.stderr, done.stderr
     assert f"'streamrepl stream replica resume -path {src} -replica {dst}'" in done.stderr, done.stderr
     assert row_of(env, src, dst)["paused"] is True
-    assert true_ends(env.bs(dst), sp(dst), {"t": 1})[("t", 0)] == 0  # rebuilt empty, and nothing copied into it
+    assert true_ends(env.bs_of(dst), sp(dst), {"t": 1})[("t", 0)] == 0  # rebuilt empty, and nothing copied into it

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support.copying import TS0, Env, send
+from support.copying import TS0, send
+from support.env import Env, own_env
 
 from streamrepl import policy
 from streamrepl.bulk.spark import start_spark
-from streamrepl.local import EphemeralClusters
 
 pytestmark = pytest.mark.spark
 
@@ -23,11 +23,11 @@ SRC = "/sanfrancisco/analytics"
 
 
 @pytest.fixture(scope="module")
-def env() -> Iterator[Env]:
-    with EphemeralClusters(["sanfrancisco"]) as ec:
-        e = Env(ec)
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    # One cluster, with the records the data source reads.
+    with own_env(tmp_path_factory, ["sanfrancisco"]) as e:
         e.make_stream(SRC, ["a", "b"], 2)
-        bs = e.bootstrap("sanfrancisco")
+        bs = e.bs("sanfrancisco")
         send(bs, e.kt(SRC, "a"), 400, 2, tag="a")
         send(bs, e.kt(SRC, "b"), 6, 2, single=True, tag="b")
         p = Producer({"bootstrap.servers": bs, "log_level": 0})

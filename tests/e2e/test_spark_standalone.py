@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.clusters import registered_clusters
-from support.copying import Env, assert_copied, cli, copied, send
+from support.copying import assert_copied, cli, copied, send
+from support.env import Env
 
 pytestmark = pytest.mark.spark
 
@@ -93,18 +93,12 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                 p.wait()
 
 
-@pytest.fixture(scope="module")
-def env() -> Iterator[Env]:
-    with registered_clusters(["sanfrancisco", "newyork"]) as ec:
-        yield Env(ec)
-
-
 def test_copystream_and_diffstreams_on_a_standalone_cluster(
     standalone: tuple[str, Path], env: Env, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, work = standalone
     env.make_stream(SRC, ["a", "b"], 2)
-    bs = env.bootstrap("sanfrancisco")
+    bs = env.bs("sanfrancisco")
     send(bs, env.kt(SRC, "a"), 3000, 2, tag="a")
     send(bs, env.kt(SRC, "b"), 6, 2, single=True, tag="b")
     spark_args = [

@@ -12,12 +12,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.clusters import RECENT_MS
+from support.env import Env, own_env
 from support.streams import (
     Gateways,
     cli,
@@ -36,7 +35,6 @@ from support.streams import (
     wait_until,
 )
 
-from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
 
 pytestmark = pytest.mark.noida
@@ -45,30 +43,17 @@ CLUSTERS = ["sanfrancisco", "newyork", "tokyo"]
 THROTTLE_RATE = 40
 
 
-@dataclass
-class Env:
-    ec: EphemeralClusters
-    reg: Path
-
-    def bs(self, cluster: str) -> str:
-        return self.ec.brokers[cluster].bootstrap
-
-    def bs_of(self, path: str) -> str:
-        return self.bs(sp(path).cluster)
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    logdir = tmp_path_factory.mktemp("gateways")
     # Brokers of its own: three clusters (tokyo too), with gateways for every one of them.
-    with EphemeralClusters(CLUSTERS) as ec:
+    with own_env(tmp_path_factory, CLUSTERS) as e:
         # A low throttle rate (records/s per partition) makes `-throttle true` visible in a short test.
         env = {"STREAMREPL_THROTTLE_RATE": str(THROTTLE_RATE)}
-        gws = [Gateways(ec.registry_path, c, logdir, env=env) for c in CLUSTERS]
+        gws = [Gateways(e.reg, c, e.logdir, env=env) for c in CLUSTERS]
         try:
             for g in gws:
                 g.start()
-            yield Env(ec, ec.registry_path)
+            yield e
         finally:
             for g in gws:
                 g.__exit__(None, None, None)

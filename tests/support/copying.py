@@ -10,35 +10,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streamrepl import policy, streams, topics
+from streamrepl import policy
 from streamrepl.cli import main
-from streamrepl.local import EphemeralClusters
-from streamrepl.paths import kafka_topic_name
-from streamrepl.registry import Registry, load
 from support import RECENT_MS
+from support.env import Env
 
 TS0 = RECENT_MS  # recent: noida-db deletes records older than retention.ms (7 days)
-
-
-class Env:
-    def __init__(self, ec: EphemeralClusters):
-        self.ec = ec
-        self.registry_path = str(ec.registry_path)
-        self.reg: Registry = load(self.registry_path)
-
-    def bootstrap(self, cluster: str) -> str:
-        return self.ec.brokers[cluster].bootstrap
-
-    def kt(self, stream: str, topic: str) -> str:
-        return kafka_topic_name(streams.resolve(self.reg, stream).path, topic)
-
-    def uuid(self, stream: str) -> str:
-        return streams.load(self.reg, stream)[1].uuid
-
-    def make_stream(self, path: str, topic_names: list[str], partitions: int) -> None:
-        streams.create(self.reg, path, {"defaultpartitions": partitions})
-        for t in topic_names:
-            topics.create(self.reg, path, t)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -121,8 +98,8 @@ def assert_copied(env: Env, src: str, dst: str, topic_parts: dict[str, int]) -> 
     total = fillers = 0
     for topic, parts in topic_parts.items():
         for p in range(parts):
-            a = records(env.bootstrap(src_cluster), env.kt(src, topic), p)
-            b = records(env.bootstrap(dst_cluster), env.kt(dst, topic), p)
+            a = records(env.bs(src_cluster), env.kt(src, topic), p)
+            b = records(env.bs(dst_cluster), env.kt(dst, topic), p)
             assert [r[0] for r in b] == list(range(len(b))), f"{topic}[{p}]: the copy has holes"
             by_offset = {r[0]: r for r in b}
             for r in a:

@@ -16,39 +16,14 @@ from streamrepl.replication.mover import Mover
 from streamrepl.replication.partitions import Partitions
 from streamrepl.replication.quiet import EndWatch, QuietFeeds
 from streamrepl.replication.stats import GatewayStats
+from support.fakes import Message
 
 SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/s")
 
 
-class Msg:
-    """A record as confluent_kafka hands it over."""
-
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, headers: Any = None):
-        self._topic, self._partition, self._offset, self._key, self._headers = topic, partition, offset, key, headers
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._key
-
-    def headers(self) -> Any:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
-
-    def error(self) -> None:
-        return None
+def msg(topic: str, partition: int, offset: int, key: bytes | None, headers: Any = None) -> Message:
+    """A record as the mover reads it; its value is its key."""
+    return Message(offset, key, key=key, topic=topic, partition=partition, headers=headers)
 
 
 class FakeProducer:
@@ -56,7 +31,7 @@ class FakeProducer:
 
     def __init__(self) -> None:
         self.log: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        self._deliveries: list[tuple[Callable[..., None], Msg]] = []
+        self._deliveries: list[tuple[Callable[..., None], Message]] = []
 
     def produce(
         self,
@@ -73,7 +48,7 @@ class FakeProducer:
         records = self.log.setdefault((topic, partition), [])
         records.append({"key": key, "headers": headers})
         if on_delivery or callback:
-            self._deliveries.append((on_delivery or callback, Msg(topic, partition, len(records) - 1, key)))
+            self._deliveries.append((on_delivery or callback, msg(topic, partition, len(records) - 1, key)))
 
     def poll(self, timeout: float = 0) -> int:
         done, self._deliveries = self._deliveries, []
@@ -93,7 +68,7 @@ class FakeConsumer:
     """A source consumer (records queued by the test) or the replica reader (empty replicas)."""
 
     def __init__(self) -> None:
-        self.queued: list[Msg] = []
+        self.queued: list[Message] = []
         self.assigned: list[tuple[str, int, int]] = []
         self.paused: set[tuple[str, int]] = set()
         self.seeks: list[tuple[str, int, int]] = []
@@ -103,7 +78,7 @@ class FakeConsumer:
         #: (-1001) while nothing was consumed since its assignment
         self.positions: dict[tuple[str, int], int] = {}
 
-    def consume(self, n: int, timeout: float = 0) -> list[Msg]:
+    def consume(self, n: int, timeout: float = 0) -> list[Message]:
         out = [m for m in self.queued if (m.topic(), m.partition()) not in self.paused][:n]
         self.queued = [m for m in self.queued if m not in out]
         for m in out:
@@ -222,7 +197,7 @@ class Rig:
 
     def feed(self, src: StreamPath, offsets: list[int], headers: Any = None) -> None:
         kt = kafka_topic_name(src, "t")
-        self.sources[src.cluster].queued += [Msg(kt, 0, o, f"k{o}".encode(), headers) for o in offsets]
+        self.sources[src.cluster].queued += [msg(kt, 0, o, f"k{o}".encode(), headers) for o in offsets]
 
     def replica(self) -> list[dict[str, Any]]:
         return self.producer.log.get((kafka_topic_name(DST, "t"), 0), [])

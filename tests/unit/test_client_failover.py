@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
+from support.fakes import MetadataConsumer
 
 from streamrepl.client.failover import Failover
 from streamrepl.errors import InvalidArgument
@@ -18,21 +19,6 @@ REG = Registry(
     "sanfrancisco",
     {n: Cluster(n, {"bootstrap.servers": "127.0.0.1:1"}) for n in ("sanfrancisco", "newyork", "paris")},
 )
-
-
-class FakeConsumer:
-    def __init__(self, answers: bool = True) -> None:
-        self.answers = answers
-        self.asked: list[Any] = []
-        self.closed = False
-
-    def list_topics(self, topic: str | None = None, timeout: float = 0) -> None:
-        self.asked.append(topic)
-        if not self.answers:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def failover(ping: Any = None, **kw: Any) -> Failover:
@@ -73,7 +59,7 @@ def test_a_copy_that_does_not_answer_a_ping_is_skipped() -> None:
 def test_a_copy_that_answers_probes_is_never_left() -> None:
     f = failover()
     f.opened(0)
-    c = FakeConsumer()
+    c = MetadataConsumer()
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         assert not f.silent_too_long(c, "kt")
@@ -84,7 +70,7 @@ def test_a_copy_that_answers_probes_is_never_left() -> None:
 def test_a_silent_copy_is_left_after_failover_after_seconds() -> None:
     f = failover()
     f.opened(0)
-    c = FakeConsumer(answers=False)
+    c = MetadataConsumer(answers=False)
     assert not f.silent_too_long(c, None)
     time.sleep(0.25)
     assert f.silent_too_long(c, None)
@@ -95,7 +81,7 @@ def test_a_silent_copy_is_left_after_failover_after_seconds() -> None:
 def test_a_transport_error_makes_the_next_check_probe_at_once() -> None:
     f = failover(probe_interval=60.0)
     f.opened(0)
-    c = FakeConsumer()
+    c = MetadataConsumer()
     f.silent_too_long(c, None)
     f.silent_too_long(c, None)
     assert len(c.asked) == 1  # the interval has not passed
@@ -118,7 +104,7 @@ def test_after_no_copy_answered_the_next_round_waits_a_second() -> None:
 
 def test_a_dropped_consumer_is_closed_aside() -> None:
     f = failover()
-    c = FakeConsumer()
+    c = MetadataConsumer()
     f.drop(c)
     f.join()
     assert c.closed

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+from support.fakes import MetadataConsumer, WatermarkReader
 
 from streamrepl.client.positions import ReadPositions
 from streamrepl.errors import InvalidArgument, NotFound
@@ -18,30 +19,9 @@ KT = kafka_topic_name(COPY.path, "clicks")
 TOPIC_OF = {KT: "clicks"}
 
 
-class _Meta:
-    def __init__(self, partitions: int) -> None:
-        self.partitions = dict.fromkeys(range(partitions))
-        self.error = None
-
-
-class FakeConsumer:
-    """Answers metadata, committed offsets and offsets for times as a broker holding `KT` would."""
-
-    def __init__(self, partitions: int = 2, stored: dict[int, int] | None = None, at_time: int = -1) -> None:
-        self.topics = {KT: _Meta(partitions)}
-        self.stored = stored or {}
-        self.at_time = at_time
-        self.committed_asked = 0
-
-    def list_topics(self, timeout: float) -> Any:
-        return self
-
-    def committed(self, parts: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        self.committed_asked += 1
-        return [TopicPartition(tp.topic, tp.partition, self.stored.get(tp.partition, -1001)) for tp in parts]
-
-    def offsets_for_times(self, parts: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.at_time) for tp in parts]
+def consumer(partitions: int = 2, stored: dict[int, int] | None = None, at_time: int = -1) -> MetadataConsumer:
+    """A broker holding `KT` with `partitions`, committed offsets `stored`, and `at_time` for every time asked."""
+    return MetadataConsumer({KT: partitions}, stored, at_time)
 
 
 def positions(**kw: Any) -> ReadPositions:
@@ -59,7 +39,7 @@ def offsets(parts: list[TopicPartition]) -> dict[int, int]:
 
 
 def test_start_options() -> None:
-    c = FakeConsumer()
+    c = consumer()
     assert offsets(positions(start="earliest").start_offsets(c, COPY, ["clicks"], TOPIC_OF, False)) == {
         0: OFFSET_BEGINNING,
         1: OFFSET_BEGINNING,
@@ -84,7 +64,7 @@ def test_manual_unless_a_group_reads_from_its_committed_offsets() -> None:
 def test_after_a_failover_a_group_resumes_at_the_further_of_its_two_commits() -> None:
     pos = positions(group="g", start="earliest")
     pos.commit_done({("clicks", 0): 10, ("clicks", 1): 3})
-    c = FakeConsumer(stored={0: 4, 1: 8})
+    c = consumer(stored={0: 4, 1: 8})
     assert offsets(pos.start_offsets(c, COPY, ["clicks"], TOPIC_OF, resumed=True)) == {0: 10, 1: 8}
     assert offsets(pos.start_offsets(c, COPY, ["clicks"], TOPIC_OF, resumed=False)) == {
         0: OFFSET_BEGINNING,
@@ -97,14 +77,14 @@ def test_without_a_group_a_failover_resumes_after_the_last_record_delivered() ->
     assert pos.deliverable(("clicks", 0), 41, 0, filler=False)
     pos.leave_copy()
     pos.new_copy()
-    c = FakeConsumer()
+    c = consumer()
     assert offsets(pos.start_offsets(c, COPY, ["clicks"], TOPIC_OF, resumed=True)) == {0: 42, 1: OFFSET_BEGINNING}
     assert c.committed_asked == 0
 
 
 def test_a_start_timestamp_skips_records_before_it_in_the_batch_found() -> None:
     pos = positions(start_timestamp=1000)
-    parts = pos.start_offsets(FakeConsumer(partitions=1, at_time=5), COPY, ["clicks"], TOPIC_OF, False)
+    parts = pos.start_offsets(consumer(partitions=1, at_time=5), COPY, ["clicks"], TOPIC_OF, False)
     assert offsets(parts) == {0: 5}
     assert not pos.deliverable(("clicks", 0), 5, 999, filler=False)
     assert pos.deliverable(("clicks", 0), 6, 1000, filler=False)
@@ -127,31 +107,19 @@ def test_resume_assigned_only_moves_partitions_this_consumer_committed_further()
     pos = positions(group="g")
     parts = [TopicPartition(KT, 0, -1001), TopicPartition(KT, 1, -1001)]
     keys = [("clicks", 0), ("clicks", 1)]
-    assert not pos.resume_assigned(FakeConsumer(), parts, keys)
+    assert not pos.resume_assigned(consumer(), parts, keys)
     pos.commit_done({("clicks", 0): 9, ("clicks", 1): 2})
-    assert pos.resume_assigned(FakeConsumer(stored={0: 5, 1: 6}), parts, keys)
+    assert pos.resume_assigned(consumer(stored={0: 5, 1: 6}), parts, keys)
     assert offsets(parts) == {0: 9, 1: -1001}
 
 
-class FakeReader:
-    """An empty-looking partition whose end is 10: the real end is the watermark, nothing to read."""
-
-    closed = False
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
-        return 10, 10
-
-    def close(self) -> None:
-        self.closed = True
-
-
 def test_a_negative_start_counts_back_from_the_real_end_and_closes_its_reader() -> None:
-    readers: list[FakeReader] = []
+    readers: list[WatermarkReader] = []
 
     def reader(_: Cluster) -> Any:
-        readers.append(FakeReader())
+        readers.append(WatermarkReader(default=10))
         return readers[-1]
 
     pos = ReadPositions(None, [0], -3, None, "earliest", reader=reader)
-    assert offsets(pos.start_offsets(FakeConsumer(), COPY, ["clicks"], TOPIC_OF, False)) == {0: 7}
+    assert offsets(pos.start_offsets(consumer(), COPY, ["clicks"], TOPIC_OF, False)) == {0: 7}
     assert len(readers) == 1 and readers[0].closed

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicPartition
+from support.fakes import WatermarkReader
 
 from streamrepl.cursors import CursorReplicator
 from streamrepl.errors import StreamreplError
@@ -83,23 +84,7 @@ class FakeAdmin:
         return {g: Done(Answer(g, [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in tps]))}
 
 
-class FakeReader:
-    """Destination partitions whose real end is their reported high watermark."""
-
-    def __init__(self, ends: dict[tuple[str, int], int]) -> None:
-        self.ends = ends
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
-        end = self.ends.get((tp.topic, tp.partition))
-        if end is None:
-            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
-        return end, end
-
-    def close(self) -> None:
-        pass
-
-
-def replicator(src: FakeAdmin, dst: FakeAdmin, reader: FakeReader) -> tuple[CursorReplicator, list[str]]:
+def replicator(src: FakeAdmin, dst: FakeAdmin, reader: WatermarkReader) -> tuple[CursorReplicator, list[str]]:
     built: list[str] = []
 
     def admin(cluster: Cluster) -> Any:
@@ -122,7 +107,7 @@ def test_cursors_move_forward_only_up_to_what_the_replica_holds() -> None:
         }
     )
     dst = FakeAdmin({"ahead": {(dst_kt(), 0): 4}, "behind": {(dst_kt(), 0): 7}}, active={"busy"})
-    rep, _ = replicator(src, dst, FakeReader({(dst_kt(), 0): 100, (dst_kt(), 1): 5}))
+    rep, _ = replicator(src, dst, WatermarkReader({(dst_kt(), 0): 100, (dst_kt(), 1): 5}))
     changed = rep.run_once()
     assert sorted((c["group"], c["partition"], c["source"], c["previous"], c["offset"]) for c in changed) == [
         ("ahead", 0, 10, 4, 10),
@@ -136,14 +121,14 @@ def test_cursors_move_forward_only_up_to_what_the_replica_holds() -> None:
 def test_topics_limit_the_work_and_unreplicated_topics_wait() -> None:
     src = FakeAdmin({"g": {(src_kt("clicks"), 0): 5, (src_kt("views"), 0): 6}})
     dst = FakeAdmin({})
-    rep, _ = replicator(src, dst, FakeReader({(dst_kt("clicks"), 0): 9}))
+    rep, _ = replicator(src, dst, WatermarkReader({(dst_kt("clicks"), 0): 9}))
     assert [c["topic"] for c in rep.run_once(["views"])] == []  # views not on the replica yet
     assert [c["topic"] for c in rep.run_once()] == ["clicks"]
 
 
 def test_an_unreachable_cluster_raises_and_the_next_run_uses_new_admin_clients() -> None:
     src = FakeAdmin({"g": {(src_kt(), 0): 5}})
-    rep, built = replicator(src, FakeAdmin({}), FakeReader({(dst_kt(), 0): 9}))
+    rep, built = replicator(src, FakeAdmin({}), WatermarkReader({(dst_kt(), 0): 9}))
     assert built == ["sanfrancisco", "newyork"]
     src.down = True
     with pytest.raises(StreamreplError, match="does not answer"):
@@ -164,7 +149,7 @@ def test_a_gateways_round_asks_each_source_cluster_for_its_groups_once_for_all_i
     streams = [f"/s{i}" for i in range(3)]
     src = FakeAdmin({"g": {(kafka_topic_name(StreamPath("sanfrancisco", s), "clicks"), 0): 7 for s in streams}})
     dst = FakeAdmin({})
-    reader = FakeReader({(kafka_topic_name(StreamPath("newyork", s), "clicks"), 0): 9 for s in streams})
+    reader = WatermarkReader({(kafka_topic_name(StreamPath("newyork", s), "clicks"), 0): 9 for s in streams})
 
     def with_fakes(src_cluster: Cluster, dst_cluster: Cluster, src_stream: StreamPath, dst_stream: StreamPath) -> Any:
         def admin(cluster: Cluster) -> Any:

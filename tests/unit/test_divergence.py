@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from support.fakes import RecordingProducer
+from support.fakes import Message, RecordingProducer
 
 from streamrepl import policy
 from streamrepl.bulk.copystream import _foreign_end
@@ -24,61 +24,29 @@ SKT, DKT = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
 ORIGIN_SRC = [(policy.ORIGIN, b"SRC")]
 
 
-class Msg:
-    def __init__(
-        self,
-        offset: int,
-        value: bytes | None,
-        ts: int = 1_700_000_000_000,
-        headers: Any = None,
-        topic: str = SKT,
-        error: KafkaError | None = None,
-    ):
-        self._offset, self._value, self._ts, self._headers, self._topic, self._error = (
-            offset,
-            value,
-            ts,
-            headers,
-            topic,
-            error,
-        )
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._value
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> Any:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._ts)
-
-    def error(self) -> KafkaError | None:
-        return self._error
+def msg(
+    offset: int,
+    value: bytes | None,
+    ts: int = 1_700_000_000_000,
+    headers: Any = None,
+    topic: str = SKT,
+    error: KafkaError | None = None,
+) -> Message:
+    """A record of `topic` (partition 0) whose key is its value."""
+    return Message(offset, value, key=value, topic=topic, headers=headers, timestamp=ts, error=error)
 
 
-def history(n: int, tag: str = "v", ts: int = 1_700_000_000_000, **kw: Any) -> list[Msg]:
-    return [Msg(o, f"{tag}{o}".encode(), ts + o, **kw) for o in range(n)]
+def history(n: int, tag: str = "v", ts: int = 1_700_000_000_000, **kw: Any) -> list[Message]:
+    return [msg(o, f"{tag}{o}".encode(), ts + o, **kw) for o in range(n)]
 
 
 class LogConsumer:
     """A consumer over fixed partitions: reads (assign/consume/poll, watermarks) and feeds (incremental_assign)."""
 
-    def __init__(self, logs: dict[str, list[Msg]]):
+    def __init__(self, logs: dict[str, list[Message]]):
         self.logs = logs
         self.pos: dict[str, int] = {}
-        self.queued: list[Msg] = []
+        self.queued: list[Message] = []
         self.assigned: list[tuple[str, int, int]] = []
 
     down = False
@@ -95,19 +63,19 @@ class LogConsumer:
     def unassign(self) -> None:
         self.pos = {}
 
-    def consume(self, n: int = 1, timeout: float = 0) -> list[Msg]:
+    def consume(self, n: int = 1, timeout: float = 0) -> list[Message]:
         if self.queued:
             out, self.queued = self.queued[:n], self.queued[n:]
             return out
-        out: list[Msg] = []
+        out: list[Message] = []
         for topic, at in self.pos.items():
             recs = [m for m in self.logs.get(topic, []) if m.offset() >= at][:n]
             end = recs[-1].offset() + 1 if recs else at
             self.pos[topic] = end
-            out += recs + [Msg(end, None, topic=topic, error=KafkaError(KafkaError._PARTITION_EOF))]
+            out += recs + [msg(end, None, topic=topic, error=KafkaError(KafkaError._PARTITION_EOF))]
         return out
 
-    def poll(self, timeout: float = 0) -> Msg | None:
+    def poll(self, timeout: float = 0) -> Message | None:
         got = self.consume(1)
         return got[0] if got else None
 
@@ -139,21 +107,21 @@ class Producer(RecordingProducer):
 
 # -- the comparison -----------------------------------------------------------------------------
 def test_the_same_record_is_no_divergence_whichever_stream_it_was_read_from() -> None:
-    plain = Msg(9, b"x")  # as published in the source: no origin header
-    copied = Msg(9, b"x", headers=ORIGIN_SRC)  # as replicated: the origin header added
+    plain = msg(9, b"x")  # as published in the source: no origin header
+    copied = msg(9, b"x", headers=ORIGIN_SRC)  # as replicated: the origin header added
     assert tail_of(plain, "SRC") == tail_of(copied, "DST")
     assert compare(tail_of(copied, "DST"), 10, tail_of(plain, "SRC"), 12, "SRC", "DST") is None
 
 
 def test_a_source_record_without_a_timestamp_matches_its_copy_stamped_when_it_was_copied() -> None:
-    replica = tail_of(Msg(9, b"x", ts=1_800_000_000_000, headers=ORIGIN_SRC), "DST")
-    assert compare(replica, 10, tail_of(Msg(9, b"x", ts=-1), "SRC"), 10, "SRC", "DST") is None
-    assert compare(replica, 10, tail_of(Msg(9, b"y", ts=-1), "SRC"), 10, "SRC", "DST") is not None
+    replica = tail_of(msg(9, b"x", ts=1_800_000_000_000, headers=ORIGIN_SRC), "DST")
+    assert compare(replica, 10, tail_of(msg(9, b"x", ts=-1), "SRC"), 10, "SRC", "DST") is None
+    assert compare(replica, 10, tail_of(msg(9, b"y", ts=-1), "SRC"), 10, "SRC", "DST") is not None
 
 
 def test_another_timestamp_key_or_value_at_the_replicas_last_offset_is_a_divergence() -> None:
-    replica = tail_of(Msg(9, b"x", headers=ORIGIN_SRC), "DST")
-    for other in (Msg(9, b"x", ts=5), Msg(9, b"y")):
+    replica = tail_of(msg(9, b"x", headers=ORIGIN_SRC), "DST")
+    for other in (msg(9, b"x", ts=5), msg(9, b"y")):
         div = compare(replica, 10, tail_of(other, "SRC"), 12, "SRC", "DST")
         assert div is not None and (div.offset, div.source_end, div.replica_end) == (9, 12, 10)
         text = div.describe(
@@ -170,30 +138,30 @@ def test_another_timestamp_key_or_value_at_the_replicas_last_offset_is_a_diverge
 
 
 def test_a_source_that_ends_below_a_record_it_gave_has_lost_it() -> None:
-    replica = tail_of(Msg(9, b"x", headers=ORIGIN_SRC), "DST")
+    replica = tail_of(msg(9, b"x", headers=ORIGIN_SRC), "DST")
     div = compare(replica, 10, None, 4, "SRC", "DST")
     assert div is not None and div.offset == 4 and "now ends at offset 4" in div.why
     # With several feeds, a record of a third origin may have come from the other one: the source may lag.
-    third = tail_of(Msg(9, b"x", headers=[(policy.ORIGIN, b"TOKYO")]), "DST")
+    third = tail_of(msg(9, b"x", headers=[(policy.ORIGIN, b"TOKYO")]), "DST")
     assert compare(third, 10, None, 4, "SRC", "DST", sole_feed=False) is None
     assert compare(third, 10, None, 4, "SRC", "DST", sole_feed=True) is not None
 
 
 def test_what_is_not_a_divergence() -> None:
-    own = tail_of(Msg(9, b"x"), "DST")  # the replica's own record (multi-master): the source may lag behind it
+    own = tail_of(msg(9, b"x"), "DST")  # the replica's own record (multi-master): the source may lag behind it
     assert compare(own, 10, None, 3, "SRC", "DST") is None
-    replica = tail_of(Msg(9, b"x", headers=ORIGIN_SRC), "DST")
+    replica = tail_of(msg(9, b"x", headers=ORIGIN_SRC), "DST")
     assert compare(replica, 10, None, 10, "SRC", "DST") is None, "compacted away at the source: nothing to compare"
     assert compare(None, 0, None, 0, "SRC", "DST") is None, "an empty replica"
     assert compare(filler_tail("SRC"), 10, None, 10, "SRC", "DST") is None, "a filler over a marker"
-    filler = Msg(9, None, ts=0, headers=policy.filler_headers("SRC"))
+    filler = msg(9, None, ts=0, headers=policy.filler_headers("SRC"))
     assert tail_of(filler, "DST") == filler_tail("SRC")
-    div = compare(filler_tail("SRC"), 10, tail_of(Msg(9, b"new"), "SRC"), 10, "SRC", "DST")
+    div = compare(filler_tail("SRC"), 10, tail_of(msg(9, b"new"), "SRC"), 10, "SRC", "DST")
     assert div is not None, "a visible record where the source had none"
 
 
 def test_check_reads_the_sources_end_and_its_record_at_the_replicas_last_offset() -> None:
-    replica = tail_of(Msg(9, b"v9", ts=1_700_000_000_009, headers=ORIGIN_SRC), "DST")
+    replica = tail_of(msg(9, b"v9", ts=1_700_000_000_009, headers=ORIGIN_SRC), "DST")
     source = LogConsumer({SKT: history(12)})
     assert check(source, _tp(SKT), 10, replica, "SRC", "DST") is None
     recreated = LogConsumer({SKT: history(12, ts=1_800_000_000_000)})
@@ -216,7 +184,7 @@ def link() -> Link:
 class Rig:
     """The replica ny:/r:t[0] holding `replica`, fed from sf:/s:t[0] holding `source`."""
 
-    def __init__(self, replica: list[Msg], source: list[Msg], source_down: bool = False):
+    def __init__(self, replica: list[Message], source: list[Message], source_down: bool = False):
         self.feed = LogConsumer({SKT: []})  # its records are queued by the tests; it knows the topic
         self.probe = LogConsumer({SKT: source})
         self.probe.down = source_down
@@ -238,7 +206,7 @@ class Rig:
         self.partitions.follow(plan, {DKT}, plan.units, True, self.producer)  # type: ignore[arg-type]
 
 
-def replicated(n: int) -> list[Msg]:
+def replicated(n: int) -> list[Message]:
     return history(n, topic=DKT, headers=ORIGIN_SRC)
 
 
@@ -347,7 +315,7 @@ def test_a_source_broker_that_came_back_with_its_history_is_fed_again_from_the_r
 
 
 # -- copystream ---------------------------------------------------------------------------------
-def _rerun_check(copy: list[Msg], source: list[Msg]) -> str | None:
+def _rerun_check(copy: list[Message], source: list[Message]) -> str | None:
     src, dst = LogConsumer({SKT: source}), LogConsumer({DKT: copy})
     end = source[-1].offset() + 1 if source else 0
     est = copy[-1].offset() + 1 if copy else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.fakes import BatchConsumer, Message
 
 from streamrepl import kafka
 from streamrepl.errors import StreamreplError
@@ -15,83 +16,45 @@ from streamrepl.registry import Cluster
 EOF_ERROR = KafkaError(KafkaError._PARTITION_EOF)
 
 
-class FakeMessage:
-    def __init__(self, offset: int, error: KafkaError | None = None, topic: str = "t", partition: int = 0):
-        self._offset, self._error, self._topic, self._partition = offset, error, topic, partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def error(self) -> KafkaError | None:
-        return self._error
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
+def msg(offset: int, error: KafkaError | None = None, topic: str = "t", partition: int = 0) -> Message:
+    return Message(offset, error=error, topic=topic, partition=partition)
 
 
-class FakeConsumer:
-    """Hands out the prepared batches, one per consume(), then empty batches."""
-
-    def __init__(self, batches: list[list[FakeMessage]], watermarks: tuple[int, int] = (0, 0)):
-        self.batches = list(batches)
-        self.assigned: list[TopicPartition] | None = None
-        self.consumed = 0
-        self._watermarks = watermarks
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        self.assigned = tps
-
-    def unassign(self) -> None:
-        self.assigned = None
-
-    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
-        self.consumed += 1
-        return self.batches.pop(0) if self.batches else []
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
-        return self._watermarks
-
-
-def offsets(c: FakeConsumer, **kw: Any) -> list[int]:
+def offsets(c: BatchConsumer, **kw: Any) -> list[int]:
     return [m.offset() for m in kafka.read_partition(c, TopicPartition("t", 0, 0), **kw)]  # type: ignore[arg-type]
 
 
 def test_reads_to_the_end_of_the_partition() -> None:
-    c = FakeConsumer([[FakeMessage(0), FakeMessage(1)], [FakeMessage(2), FakeMessage(3, EOF_ERROR)], [FakeMessage(4)]])
+    c = BatchConsumer([[msg(0), msg(1)], [msg(2), msg(3, EOF_ERROR)], [msg(4)]])
     assert offsets(c) == [0, 1, 2]
     assert c.assigned is None  # unassigned at the end
 
 
 def test_until_goes_on_past_the_end_and_stops_at_the_offset() -> None:
-    c = FakeConsumer(
-        [[FakeMessage(0), FakeMessage(1, EOF_ERROR)], [], [FakeMessage(1), FakeMessage(2)], [FakeMessage(3)]]
-    )
+    c = BatchConsumer([[msg(0), msg(1, EOF_ERROR)], [], [msg(1), msg(2)], [msg(3)]])
     assert offsets(c, until=1) == [0, 1]
     assert len(c.batches) == 1  # the record after `until` was not asked for
 
 
 def test_errors_other_than_the_end_are_skipped() -> None:
-    c = FakeConsumer(
+    c = BatchConsumer(
         [
-            [FakeMessage(0), FakeMessage(-1, KafkaError(KafkaError._TRANSPORT)), FakeMessage(1)],
-            [FakeMessage(2, EOF_ERROR)],
+            [msg(0), msg(-1, KafkaError(KafkaError._TRANSPORT)), msg(1)],
+            [msg(2, EOF_ERROR)],
         ]
     )
     assert offsets(c) == [0, 1]
 
 
 def test_a_partition_that_never_ends_times_out() -> None:
-    c = FakeConsumer([[FakeMessage(0)]])
+    c = BatchConsumer([[msg(0)]])
     with pytest.raises(TimeoutError):
         offsets(c, timeout=0.05)
     assert c.assigned is None
 
 
 def test_a_reader_that_stops_early_leaves_the_consumer_unassigned() -> None:
-    c = FakeConsumer([[FakeMessage(0), FakeMessage(1)], [FakeMessage(2, EOF_ERROR)]])
+    c = BatchConsumer([[msg(0), msg(1)], [msg(2, EOF_ERROR)]])
     for m in kafka.read_partition(c, TopicPartition("t", 0, 0)):  # type: ignore[arg-type]
         if m.offset() == 0:
             break
@@ -100,15 +63,13 @@ def test_a_reader_that_stops_early_leaves_the_consumer_unassigned() -> None:
 
 def test_true_end_reads_past_an_undercounting_watermark() -> None:
     # Tansu reports the base offset of the last batch + 1 as high watermark: 5 here, the real end is 8.
-    c = FakeConsumer(
-        [[FakeMessage(4), FakeMessage(5), FakeMessage(6), FakeMessage(7)], [FakeMessage(8, EOF_ERROR)]], (0, 5)
-    )
+    c = BatchConsumer([[msg(4), msg(5), msg(6), msg(7)], [msg(8, EOF_ERROR)]], (0, 5))
     assert kafka.true_end(c, TopicPartition("t", 0)) == 8  # type: ignore[arg-type]
     assert c.assigned is None
 
 
 def test_true_end_of_an_empty_partition_asks_nothing_more() -> None:
-    c = FakeConsumer([], (3, 3))
+    c = BatchConsumer([], (3, 3))
     assert kafka.true_end(c, TopicPartition("t", 0)) == 3  # type: ignore[arg-type]
     assert c.consumed == 0
 
@@ -158,7 +119,7 @@ def test_create_shared_topic_keeps_the_partitions_and_settings_asked(monkeypatch
 
 def test_an_exact_watermark_is_the_end_without_a_read() -> None:
     # noida-db and Apache Kafka: the watermark is the end; nothing is assigned or read (Tansu's 5 would be read past).
-    c = FakeConsumer([[FakeMessage(7)]], watermarks=(0, 5))
+    c = BatchConsumer([[msg(7)]], watermarks=(0, 5))
     assert kafka.true_ends(c, [TopicPartition("t", 0)], exact_watermark=True) == {("t", 0): 5}  # type: ignore[arg-type]
     assert c.assigned is None and c.consumed == 0
     from streamrepl.kafka import brokers

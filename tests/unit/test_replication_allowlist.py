@@ -8,83 +8,26 @@ import time
 from typing import Any
 
 import pytest
+from support.fakes import BatchConsumer, Message
 
 from streamrepl import gateway_lists
 from streamrepl.errors import InvalidArgument
-from streamrepl.kafka import KafkaError, TopicPartition
+from streamrepl.kafka import KafkaError
 from streamrepl.registry import Cluster
 from streamrepl.replication import allowlist
 from streamrepl.replication.allowlist import AllowList
 
-
-class Msg:
-    def __init__(self, key: str | None = None, value: Any = "absent", eof: bool = False):
-        self._key = key.encode() if key else None
-        self._value = None if value is None else json.dumps(value).encode()
-        self._eof = eof
-
-    def error(self) -> KafkaError | None:
-        return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-
-class FakeConsumer:
-    """Hands out `batches`, one a consume, while not paused; its end lies past its position (`at`) when batches are
-    left."""
-
-    def __init__(self, batches: list[list[Msg]]):
-        self.batches = batches
-        self.closed = False
-        self.paused = False
-        self.at = 0
-        #: what was done to it, in order: "consume" (while not paused), "pause", "end?", "resume"
-        self.calls: list[str] = []
-        self.timeouts: list[float] = []
-        #: the end the broker reports, when not the position plus the batches left (a broker that lost its tail)
-        self.end: int | None = None
-
-    def assign(self, parts: list) -> None:
-        pass
-
-    def consume(self, n: int, timeout: float) -> list[Msg]:
-        self.timeouts.append(timeout)
-        if not self.paused:
-            if not self.calls or self.calls[-1] != "consume":
-                self.calls.append("consume")
-            if self.batches:
-                return self.batches.pop(0)
-        time.sleep(0.01)
-        return []
-
-    def pause(self, parts: list) -> None:
-        self.paused = True
-        self.calls.append("pause")
-
-    def resume(self, parts: list) -> None:
-        self.paused = False
-        self.calls.append("resume")
-
-    def position(self, parts: list) -> list:
-        return [TopicPartition(p.topic, p.partition, self.at) for p in parts]
-
-    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
-        if not self.calls or self.calls[-1] != "end?":
-            self.calls.append("end?")
-        if self.end is not None:
-            return 0, self.end
-        return 0, self.at + len(self.batches)  # the batches not read yet lie past the position
-
-    def close(self) -> None:
-        self.closed = True
-
-
 CLUSTER = Cluster("newyork", {"bootstrap.servers": "127.0.0.1:1"})
 KEY = gateway_lists.CONFIG_KEY
+
+
+def msg(key: str | None = None, value: Any = "absent", eof: bool = False) -> Message:
+    """A record of the gateway-list topic: `value` as JSON (None: a tombstone), or the end of the partition."""
+    return Message(
+        key=key.encode() if key else None,
+        value=None if value is None else json.dumps(value).encode(),
+        error=KafkaError(KafkaError._PARTITION_EOF) if eof else None,
+    )
 
 
 def test_parse_checks_entries() -> None:
@@ -111,11 +54,11 @@ def test_check_now_reads_the_stored_list() -> None:
 def test_the_list_is_judged_only_at_the_end_of_the_topic() -> None:
     # An older list without gw1, then the newer one with it, in the same read: never refused.
     batches = [
-        [Msg(KEY, {"gateways": ["gw2"]}), Msg("gateway|gw2", {"x": 1})],
-        [Msg(KEY, {"gateways": ["gw1", "gw2"]}), Msg(eof=True)],
-        [Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)],  # then gw1 is taken off
+        [msg(KEY, {"gateways": ["gw2"]}), msg("gateway|gw2", {"x": 1})],
+        [msg(KEY, {"gateways": ["gw1", "gw2"]}), msg(eof=True)],
+        [msg(KEY, {"gateways": ["gw2"]}), msg(eof=True)],  # then gw1 is taken off
     ]
-    consumer = FakeConsumer(batches[:2])
+    consumer = BatchConsumer(batches[:2])
     allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
     gateways, at_end = AllowList.read_on(consumer, [])  # type: ignore[arg-type]
     assert (gateways, at_end) == (["gw2"], False)
@@ -123,7 +66,7 @@ def test_the_list_is_judged_only_at_the_end_of_the_topic() -> None:
     assert (gateways, at_end) == (["gw1", "gw2"], True)
     assert allow._judge(gateways) == ""
 
-    consumer = FakeConsumer(list(batches))
+    consumer = BatchConsumer(list(batches))
     allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
     allow.start()
     deadline = time.monotonic() + 5
@@ -134,7 +77,7 @@ def test_the_list_is_judged_only_at_the_end_of_the_topic() -> None:
 
 
 def test_a_tombstone_allows_every_gateway() -> None:
-    consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(KEY, None), Msg(eof=True)]])
+    consumer = BatchConsumer([[msg(KEY, {"gateways": ["gw2"]}), msg(KEY, None), msg(eof=True)]])
     assert AllowList.read_on(consumer, []) == ([], True)  # type: ignore[arg-type]
 
 
@@ -143,9 +86,9 @@ def test_following_the_list_does_not_fetch_every_few_ms() -> None:
     readers' 10 ms it asked the destination a hundred times a second)."""
     made: list[dict[str, Any]] = []
 
-    def new_consumer(cluster: Cluster, **kw: Any) -> FakeConsumer:
+    def new_consumer(cluster: Cluster, **kw: Any) -> BatchConsumer:
         made.append(kw)
-        return FakeConsumer([[Msg(eof=True)]])
+        return BatchConsumer([[msg(eof=True)]])
 
     allow = AllowList(CLUSTER, "gw1", "host", new_consumer=new_consumer)  # type: ignore[arg-type]
     allow.start()
@@ -163,7 +106,7 @@ def test_at_the_end_of_the_status_topic_the_follower_stops_fetching_until_its_en
     by an idle gateway's follower: 40 % of the destination broker's core and half of the gateway's. At the end the
     partition is paused, and only its end is asked for (one ListOffsets request every CHECK_SECONDS) until it moves."""
     monkeypatch.setattr(allowlist, "CHECK_SECONDS", 0.01)
-    consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)]])
+    consumer = BatchConsumer([[msg(KEY, {"gateways": ["gw2"]}), msg(eof=True)]])
     consumer.at = 2
     allow = AllowList(CLUSTER, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
     allow.start()
@@ -173,7 +116,7 @@ def test_at_the_end_of_the_status_topic_the_follower_stops_fetching_until_its_en
     time.sleep(0.1)
     assert consumer.calls == ["consume", "pause", "end?"], "no fetch while its end stays"
     assert "gw1" in allow.refusal
-    consumer.batches.append([Msg(KEY, {"gateways": ["gw1"]}), Msg(eof=True)])
+    consumer.batches.append([msg(KEY, {"gateways": ["gw1"]}), msg(eof=True)])
     while allow.refusal and time.monotonic() < deadline:
         time.sleep(0.01)
     allow.stop()
@@ -195,7 +138,7 @@ def test_a_status_topic_that_ended_below_the_follower_is_read_again(monkeypatch:
     # found to report exact ends.
     exact = Cluster("newyork", {"bootstrap.servers": "127.0.0.1:2"})
     brokers.learn(exact, BrokerTraits(identity="noida-like", exact_watermark=True, probed_at=1))
-    consumer = FakeConsumer([[Msg(KEY, {"gateways": ["gw2"]}), Msg(eof=True)]])
+    consumer = BatchConsumer([[msg(KEY, {"gateways": ["gw2"]}), msg(eof=True)]])
     consumer.at = 10
     allow = AllowList(exact, "gw1", "host", new_consumer=lambda *a, **kw: consumer)
     allow.start()

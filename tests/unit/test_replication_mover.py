@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from support.mover import DST, SRC, FakeConsumer, FakeProducer, Msg, Rig, link
+from support.mover import DST, SRC, FakeConsumer, FakeProducer, Rig, link, msg
 
 from streamrepl import kafka, policy
 from streamrepl.paths import StreamPath, kafka_topic_name
@@ -74,7 +74,7 @@ def test_a_failed_delivery_restarts_the_writes_or_fails_the_partition(uncertain:
     rig.mover.move_once()
     state = rig.partitions.units[rig.unit]
     code = KafkaError._MSG_TIMED_OUT if uncertain else KafkaError.MSG_SIZE_TOO_LARGE
-    state.writer._delivered(1)(KafkaError(code), Msg("x", 0, 1, None))  # what the producer reports of a batch
+    state.writer._delivered(1)(KafkaError(code), msg("x", 0, 1, None))  # what the producer reports of a batch
     first = rig.producer
     rig.producer = FakeProducer()  # the producer a restart makes
     rig.mover.check_writes()
@@ -153,7 +153,7 @@ def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request()
     plan = Plan([lk], {u: [(lk, src_kt)] for u in units}, {}, [])
     partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
     reader.asked.clear()
-    source.queued += [Msg(src_kt, p, 0, b"k") for p in (0, 1, 2)]
+    source.queued += [msg(src_kt, p, 0, b"k") for p in (0, 1, 2)]
     mover.move_once()
     dst_kt = kafka_topic_name(DST, "t")
     assert reader.asked == [("ends", [(dst_kt, 0), (dst_kt, 1), (dst_kt, 2)])], reader.asked
@@ -221,7 +221,7 @@ def test_a_record_landing_below_its_offset_restarts_the_writes_without_a_conflic
     rig.feed(SRC, [0, 1, 2])
     rig.mover.move_once()
     state = rig.partitions.units[rig.unit]
-    state.writer._delivered(5)(None, Msg("x", 0, 3, None))
+    state.writer._delivered(5)(None, msg("x", 0, 3, None))
     rig.mover.check_writes()
     assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
 
@@ -375,8 +375,8 @@ def test_the_links_of_one_source_cluster_share_one_consumer_and_each_record_reac
     assert len(made) == 1, "one consumer for the source cluster"
     src = made[0]
     assert sorted(src.assigned) == sorted([(kafka_topic_name(a.src, "t"), 0, 0), (kafka_topic_name(b.src, "t"), 0, 0)])
-    src.queued += [Msg(kafka_topic_name(a.src, "t"), 0, o, f"a{o}".encode()) for o in range(3)]
-    src.queued += [Msg(kafka_topic_name(b.src, "t"), 0, o, f"b{o}".encode()) for o in range(2)]
+    src.queued += [msg(kafka_topic_name(a.src, "t"), 0, o, f"a{o}".encode()) for o in range(3)]
+    src.queued += [msg(kafka_topic_name(b.src, "t"), 0, o, f"b{o}".encode()) for o in range(2)]
     assert mover.move_once() == 5
     assert [r["key"] for r in producer.log[(kafka_topic_name(a.dst, "t"), 0)]] == [b"a0", b"a1", b"a2"]
     assert [r["key"] for r in producer.log[(kafka_topic_name(b.dst, "t"), 0)]] == [b"b0", b"b1"]
@@ -390,8 +390,8 @@ def test_two_links_from_one_source_stream_have_a_consumer_each() -> None:
     partitions, mover, producer, made = _rig_of_links([x, y])
     assert len(made) == 2
     kt = kafka_topic_name(x.src, "t")
-    made[0].queued += [Msg(kt, 0, o, f"k{o}".encode()) for o in range(2)]
-    made[1].queued += [Msg(kt, 0, o, f"k{o}".encode()) for o in range(2)]
+    made[0].queued += [msg(kt, 0, o, f"k{o}".encode()) for o in range(2)]
+    made[1].queued += [msg(kt, 0, o, f"k{o}".encode()) for o in range(2)]
     mover.move_once()
     assert len(producer.log[(kafka_topic_name(x.dst, "t"), 0)]) == 2
     assert len(producer.log[(kafka_topic_name(y.dst, "t"), 0)]) == 2
