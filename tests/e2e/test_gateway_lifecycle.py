@@ -12,7 +12,6 @@ dead member is expired after its session; on noida-db never, and a gateway takes
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from support import run_cli
-from support.clusters import ON_NOIDA
+from support.clusters import BROKER, ON_NOIDA
 from support.streams import (
     Gateways,
     SteadyProducer,
@@ -75,7 +74,7 @@ class Rig:
             got = true_ends(self.bs, sp(DST), TOPICS)
             if all(got[k] >= v for k, v in target.items()):
                 took = time.monotonic() - since
-                print(f"lifecycle: {os.environ.get('STREAMREPL_LOCAL_BROKER', 'tansu')} {label}: {took:.1f} s")
+                print(f"lifecycle: {BROKER} {label}: {took:.1f} s")
                 return took
             assert time.monotonic() < deadline, f"{label}: the replica did not catch up ({got} < {target})"
             time.sleep(0.5)
