@@ -45,7 +45,6 @@ def replicated_pair(ec: EphemeralClusters, n: int = 20) -> tuple[str, str]:
     return sf, ny
 
 
-# -- resync -----------------------------------------------------------------------------------
 def key(recs: dict) -> dict:
     """Records as set aside compares them: offsets, keys, values, user headers, timestamps."""
     return {tp: [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in rs] for tp, rs in recs.items()}

@@ -1,5 +1,5 @@
 """Small jobs in this process: which engine a job runs on, and the thread pool that runs copystream's and
-diffstreams' own per-partition tasks (fake Kafka clients from test_unit_bulk_tasks: no broker, no Spark)."""
+diffstreams' own per-partition tasks (fake Kafka clients from tests/support/bulk.py: no broker, no Spark)."""
 
 from __future__ import annotations
 
