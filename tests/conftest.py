@@ -4,9 +4,9 @@ Starting brokers costs about a second, so every end-to-end test shares the `clus
 (sanfrancisco and newyork) and keeps out of the others' way by using stream paths of its own
 (`new_path`). What the fixtures are made of lives in tests/support/.
 
-Every test that needs a broker through these fixtures is marked `e2e` here, so that
-`scripts/test -m 'not e2e'` runs the unit tests alone; modules that start brokers of their own
-carry the marker themselves (`pytestmark`).
+Tests are in folders by kind, and each folder's conftest.py marks its tests: tests/e2e `e2e`,
+tests/chaos `chaos` and `e2e`; tests/unit refuses a test that asks for a broker. So
+`scripts/test -m 'not e2e'` runs the unit tests alone.
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from support import BROKER_FIXTURES, Run, run_cli, shared_clusters, unique_path
+from support import Run, run_cli, shared_clusters, unique_path
 
 from streamrepl.local import EphemeralClusters
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ REFRESH_SECONDS = 2.0
 #: for what no stream record says (streamrepl's own topics are in the metadata log, seen by the change poll). At 800
 #: idle partitions the listings were 6 of 23 samples with Python running in an idle gateway (py-spy, the end watch
 #: off), about 0.5 % of a core, within the noise of the runs with and without them; every 10 s made the default
-#: suite's adoption test 12 s longer (tests/test_topologies.py, 14 -> 26 s): kept at the pass's period
+#: suite's adoption test 12 s longer (tests/e2e/test_topologies.py, 14 -> 26 s): kept at the pass's period
 LISTING_SECONDS = 2.0
 #: how often the stream records are read again although no metadata topic's end moved (a backstop: a change is
 #: seen at once from the ends; reading every stream record of every cluster each REFRESH_SECONDS was most of an

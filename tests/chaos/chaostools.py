@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support.streams import Gateways, Tally
+from support.streams import (
+    Gateways,
+    Tally,
+    same_ends,
+    sp,
+    tally,
+    true_ends,
+    uuid_of,
+)
 
 from streamrepl.local import EphemeralClusters
 
@@ -65,3 +74,32 @@ def table(rows: list[dict]) -> str:
             f" {r['misplaced']} | {r['seconds']} |"
         )
     return "\n".join(out)
+
+
+def wait_writing(c: Chaos, dst: str, topics: dict[str, int], timeout: float = 60) -> None:
+    """Until the replica grows: some gateway is writing right now."""
+    deadline = time.monotonic() + timeout
+    before = applied(c, dst, topics)
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = applied(c, dst, topics)
+        if now > before:
+            return
+        before = now
+    raise AssertionError(f"nothing written to {dst} for {timeout}s")
+
+
+def settle(c: Chaos, src: str, dst: str, topics: dict[str, int], timeout: float = 120) -> Tally:
+    """Wait until the replica ends where the source does (or time out), then compare record by record."""
+    s, d = sp(src), sp(dst)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not same_ends(c.bs(s.cluster), s, c.bs(d.cluster), d, topics):
+        time.sleep(1)
+    return tally(c.bs(s.cluster), s, uuid_of(c.reg, src), c.bs(d.cluster), d, topics)
+
+
+def applied(c: Chaos, dst: str, topics: dict[str, int]) -> int:
+    try:
+        return sum(true_ends(c.bs(sp(dst).cluster), sp(dst), topics).values())
+    except Exception:  # noqa: BLE001 - not created yet, or a frozen broker
+        return 0

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 from chaostools import ROWS, THROTTLE_RATE, Chaos, table
+from support.folders import mark_folder
 from support.streams import Gateways
 
 from streamrepl.local import EphemeralClusters
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_folder(items, Path(__file__).parent, "chaos", "e2e")
 
 
 @pytest.fixture(scope="module")

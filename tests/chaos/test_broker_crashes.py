@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from chaostools import FULL, Chaos
+from chaostools import FULL, Chaos, settle, wait_writing
 from support.clusters import crash_broker, wait_saved
 from support.streams import (
     Gateways,
@@ -38,11 +38,8 @@ from support.streams import (
     uuid_of,
     wait_until,
 )
-from test_chaos import settle, wait_writing
 
 from streamrepl.local import EphemeralClusters
-
-pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
 
 TOPICS = {"clicks": 3, "views": 3, "buys": 3}
 #: destination broker crashes, a few seconds apart, under load

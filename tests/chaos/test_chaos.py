@@ -15,8 +15,7 @@ import signal
 import time
 import uuid
 
-import pytest
-from chaostools import FULL, Chaos
+from chaostools import FULL, Chaos, applied, settle, wait_writing
 from support.clusters import not_on_noida
 from support.freeze import broker_frozen, frozen
 from support.streams import (
@@ -28,14 +27,8 @@ from support.streams import (
     new_stream,
     new_topics,
     replica_rows,
-    same_ends,
     sp,
-    tally,
-    true_ends,
-    uuid_of,
 )
-
-pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
 
 TOPICS = {"clicks": 3, "views": 3, "buys": 3}
 SEED = int(time.time())
@@ -63,35 +56,6 @@ def pair(c: Chaos, topics: dict[str, int], multimaster: bool = False) -> tuple[s
     if multimaster:
         link(c.reg, dst, src)
     return src, dst
-
-
-def applied(c: Chaos, dst: str, topics: dict[str, int]) -> int:
-    try:
-        return sum(true_ends(c.bs(sp(dst).cluster), sp(dst), topics).values())
-    except Exception:  # noqa: BLE001 - not created yet, or a frozen broker
-        return 0
-
-
-def wait_writing(c: Chaos, dst: str, topics: dict[str, int], timeout: float = 60) -> None:
-    """Until the replica grows: some gateway is writing right now."""
-    deadline = time.monotonic() + timeout
-    before = applied(c, dst, topics)
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        now = applied(c, dst, topics)
-        if now > before:
-            return
-        before = now
-    raise AssertionError(f"nothing written to {dst} for {timeout}s")
-
-
-def settle(c: Chaos, src: str, dst: str, topics: dict[str, int], timeout: float = 120) -> Tally:
-    """Wait until the replica ends where the source does (or time out), then compare record by record."""
-    s, d = sp(src), sp(dst)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not same_ends(c.bs(s.cluster), s, c.bs(d.cluster), d, topics):
-        time.sleep(1)
-    return tally(c.bs(s.cluster), s, uuid_of(c.reg, src), c.bs(d.cluster), d, topics)
 
 
 def finish(c: Chaos, scenario: str, faults: str, t: Tally, started: float, *links: tuple[str, str]) -> None:

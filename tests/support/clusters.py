@@ -51,7 +51,7 @@ def not_on_noida(reason: str) -> pytest.MarkDecorator:
 
 
 #: Fixtures that start or use a broker: a test that needs one (even indirectly, as `cli` needs
-#: `clusters`) is an end-to-end test and gets the `e2e` marker (tests/conftest.py).
+#: `clusters`) is an end-to-end test: tests/unit/conftest.py refuses it.
 BROKER_FIXTURES = frozenset({"clusters"})
 
 
