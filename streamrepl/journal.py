@@ -15,6 +15,19 @@ from .model import Stream
 
 #: The steps of promote, in order; the crash hook ($STREAMREPL_CRASH_AFTER_STEP=promote:<k>) counts them from 1.
 PROMOTE_STEPS = ("journal", "upstreams", "released", "point", "identity")
+#: The steps of promote -consistent true (promoteconsistent.py): the cut is planned, the replica set aside, the cut
+#: topics rebuilt and the cursors moved back between the promotion point and the identity.
+PROMOTE_CONSISTENT_STEPS = (
+    "journal",
+    "upstreams",
+    "released",
+    "point",
+    "cut",
+    "aside",
+    "rebuild",
+    "cursors",
+    "identity",
+)
 #: The steps of resync, in order. Until "rebuild" the replica is as it was: a run that cannot go on rolls back.
 RESYNC_STEPS = ("journal", "pause", "released", "aside", "rebuild", "resume")
 #: The steps of failback, in order. Until "delete" the old primary is as it was: a run that cannot go on rolls back.

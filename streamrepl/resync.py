@@ -44,9 +44,6 @@ from .paths import kafka_topic_name
 from .registry import Cluster, Registry
 from .streams import Resolved
 
-#: How long the rebuild waits for a deleted topic to be gone before it is created again.
-DELETE_TIMEOUT = 30.0
-
 
 @dataclass
 class Rebuild:
@@ -164,24 +161,6 @@ def _holders(reg: Registry, dst: Resolved, drec: Stream, topics: list[str]) -> d
         if e.cluster in reg.clusters:
             holders.setdefault(e.cluster, (reg.get(e.cluster), []))[1].extend(f"{e.path}:{t}[" for t in topics)
     return holders
-
-
-def _recreate(cluster: Cluster, kt: str, partitions: int, configs: dict[str, str]) -> None:
-    """Delete a Kafka topic and create it again, empty (deletion may take a moment to finish on the broker)."""
-    if kt in kafka.topics(cluster):
-        kafka.delete_topics(cluster, [kt])
-    deadline = time.monotonic() + DELETE_TIMEOUT
-    while True:
-        try:
-            if kt not in kafka.topics(cluster):
-                kafka.create_topics(cluster, [(kt, partitions, configs)])
-                return
-        except StreamreplError:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise StreamreplError(f"topic {kt} of cluster {cluster.name} was not deleted within {DELETE_TIMEOUT:.0f} s")
-        time.sleep(0.2)
 
 
 def _announce(
@@ -489,7 +468,7 @@ class _Run:
             for t in self.topics:
                 meta = self.drec.topics[t]
                 configs = streams.kafka_configs(self.drec.settings, meta.timestamptype)
-                _recreate(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
+                dr.recreate_topic(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
                 self.say(f"rebuilt {self.dst.path}:{t} empty ({meta.partitions} partitions)")
             self.mark("rebuild")
         if not self.done("resume"):
