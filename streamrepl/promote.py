@@ -117,14 +117,19 @@ def _mode(r: streams.Resolved, rec: Stream, consistent: bool | None) -> bool:
     return consistent
 
 
-def _preview(reg: Registry, r: streams.Resolved, rec: Stream, sources: list[str], ends: Ends) -> list[dict[str, Any]]:
-    """The consistent cut as it would be now (the gateways may still be writing); refuses what it cannot do."""
+def _preview(
+    reg: Registry, r: streams.Resolved, rec: Stream, sources: list[str], ends: Ends, scan: bool
+) -> list[dict[str, Any]]:
+    """The consistent cut as it would be now (the gateways may still be writing); refuses what it cannot do. Its
+    kept ends only with `scan` (a dry run): finding them reads every partition whole, which the run does again at
+    its cut."""
     promoteconsistent.check(rec, str(r.path))
     point = ends_by_topic(r, rec, ends)
-    cut = promotecut.rows(promotecut.measure(reg, r, point, sources[0] if len(sources) == 1 else None))
+    source = sources[0] if len(sources) == 1 and scan else None
+    cut = promotecut.rows(promotecut.measure(reg, r, point, source))
     caught = promoteconsistent.caught_up(r, sources, point)
     t = promoteconsistent.cut_time(str(r.path), cut, caught)
-    return promoteconsistent.rows(cut, t, promoteconsistent.plan(r, point, t, caught), dr.aside_path(r))
+    return promoteconsistent.rows(cut, t, promoteconsistent.plan(r, point, t, caught) if scan else [], dr.aside_path(r))
 
 
 def promote(
@@ -146,7 +151,8 @@ def promote(
     _check_promote(r, rec)
     mode = _mode(r, rec, consistent)
     if mode and rec.upstreams and _running(rec) is None:
-        preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends)  # refuses before anything changes
+        # refuses before anything changes
+        preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends, scan=dryrun)
         if dryrun:
             _promote_plan(reg, r, rec, say, ends, dryrun=True)
             for line in promoteconsistent.describe(str(r.path), preview):
