@@ -24,9 +24,10 @@ from support.clusters import RECENT_MS, registered_clusters
 from support.streams import Gateways, SteadyProducer, cli, link, new_stream, new_topics, read_all, sp, wait_until
 from test_dr_journal import crash_run, record
 
-from streamrepl import kafka, registry, statustopic
+from streamrepl import kafka, registry, statustopic, streams
 from streamrepl.journal import PROMOTE_CONSISTENT_STEPS
 from streamrepl.local import EphemeralClusters
+from streamrepl.oplock import OpLock
 from streamrepl.paths import kafka_topic_name
 
 pytestmark = pytest.mark.e2e
@@ -257,3 +258,25 @@ def test_consistent_promote_under_load(ec: EphemeralClusters, tmp_path: Path) ->
         assert r["setaside"] == r["cutoffset"] - r["keptend"]
         if aside is not None:
             assert [(x.offset, x.key, x.value) for x in aside[tp]] == [(x.offset, x.key, x.value) for x in replicated]
+
+
+def test_a_consistent_promote_refuses_while_another_run_holds_the_stream_and_changes_nothing(
+    ec: EphemeralClusters, tmp_path: Path
+) -> None:
+    reg = ec.registry_path
+    sf, ny = fallen_behind(ec, tmp_path)
+    running = OpLock(streams.resolve(registry.load(str(reg)), ny), "promote")  # a live run, as far as it can tell
+    running.acquire()
+    try:
+        held = record(reg, ny).to_json()
+        run = cli("stream", "replica", "promote", "-path", ny, "-consistent", "true", registry=reg, check=False)
+        line = one_error_line(run)
+        assert f"a promote of {ny} is running (owner {running.owner}" in line and "nothing was changed" in line, line
+        assert record(reg, ny).to_json() == held
+        assert {tp: len(v) for tp, v in read_all(bs(ec, ny), sp(ny), TOPICS).items()} == {
+            tp: len(s) for tp, s in STAMPS.items()
+        }
+    finally:
+        running.release()
+    run = cli("stream", "replica", "promote", "-path", ny, "-consistent", "true", "-json", registry=reg)
+    check_cut(ec, sf, ny, run.json()["data"])
