@@ -61,7 +61,7 @@ _streamrepl_options() {
         'stream replica failback') echo '-path --path -replica --replica -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica list') echo '-path --path -refreshnow --refreshnow -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica pause') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream replica promote') echo '-path --path -dryrun --dryrun -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica promote') echo '-path --path -dryrun --dryrun -consistent --consistent -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica remove') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resume') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resync') echo '-path --path -replica --replica -topic --topic -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -239,6 +239,7 @@ _streamrepl_value() {
         'stream replica pause|-clusters'|'stream replica pause|--clusters') echo 'file' ;;
         'stream replica promote|-path'|'stream replica promote|--path') echo 'value' ;;
         'stream replica promote|-dryrun'|'stream replica promote|--dryrun') echo 'choice:true false yes no' ;;
+        'stream replica promote|-consistent'|'stream replica promote|--consistent') echo 'choice:true false yes no' ;;
         'stream replica promote|-clusters'|'stream replica promote|--clusters') echo 'file' ;;
         'stream replica remove|-path'|'stream replica remove|--path') echo 'value' ;;
         'stream replica remove|-replica'|'stream replica remove|--replica') echo 'value' ;;

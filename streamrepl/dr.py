@@ -15,6 +15,7 @@ failback (Cluster Linking's truncate-and-restore, done without truncating anythi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,9 @@ from .journal import promoting as _running
 from .model import Stream
 from .paths import kafka_topic_name
 from .registry import Cluster, Registry
+
+#: How long a re-created topic's delete may take to finish before it is created again.
+DELETE_TIMEOUT = 30.0
 
 Say = Callable[[str], None]
 Ends = Callable[[Cluster, list[str]], dict[tuple[str, int], int]]
@@ -207,3 +211,21 @@ def _set_aside(
                 f"{aside}:{pp.topic}[{pp.partition}] ends at {have[0] if have else 'nothing'}, not where"
                 f" {old_r.path} ends ({pp.old_end}); nothing was deleted: run {command} again"
             )
+
+
+def recreate_topic(cluster: Cluster, kt: str, partitions: int, configs: dict[str, str]) -> None:
+    """Delete a Kafka topic and create it again, empty (deletion may take a moment to finish on the broker)."""
+    if kt in kafka.topics(cluster):
+        kafka.delete_topics(cluster, [kt])
+    deadline = time.monotonic() + DELETE_TIMEOUT
+    while True:
+        try:
+            if kt not in kafka.topics(cluster):
+                kafka.create_topics(cluster, [(kt, partitions, configs)])
+                return
+        except StreamreplError:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise StreamreplError(f"topic {kt} of cluster {cluster.name} was not deleted within {DELETE_TIMEOUT:.0f} s")
+        time.sleep(0.2)

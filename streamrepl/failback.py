@@ -169,16 +169,6 @@ def failback(
     return rows
 
 
-def _interrupt_or(e: BaseException) -> StreamreplError | KeyboardInterrupt:
-    """`e` as the step's failure or interrupt; any other SystemError goes on up."""
-    if isinstance(e, StreamreplError):
-        return e
-    found = oplock.interrupt_in(e)
-    if found is None:
-        raise e
-    return found
-
-
 class _Run:
     """The steps of one failback (journal.FAILBACK_STEPS) not done yet, each marked done in its journal once it is."""
 
@@ -226,32 +216,13 @@ class _Run:
         self.new_r.store.update(self.new_r.path.path, drop)
 
     def run(self, resumed: bool) -> None:
-        what = f"{'the interrupted' if resumed else 'the'} failback of {self.old} from {self.new}"
-        again = command(self.new, self.old)
-        try:
-            self._prepare()
-        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
-            e = _interrupt_or(e)
-            # The old primary is as it was: undone rather than left half done for a rerun.
-            undone = self._roll_back()
-            text = f"rolled back {what}: {undone}; nothing of {self.old} was changed: run {again} again"
-            if isinstance(e, KeyboardInterrupt):
-                raise type(e)(text) from None  # reported as "interrupted: ..."
-            raise StreamreplError(f"{e}; {text}") from None
-        try:
-            self._finish()
-        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
-            e = _interrupt_or(e)
-            why = f" ({e})" if isinstance(e, StreamreplError) else ""
-            text = (
-                f"{what} stopped after the history of {self.old} was set aside in {self.aside}{why}; its journal"
-                f" keeps the steps done: run {again} again to complete it"
-            )
-            if isinstance(e, KeyboardInterrupt):
-                raise type(e)(text) from None
-            raise StreamreplError(text) from None
-        if resumed:
-            self.say(f"completed {what}")
+        phase = journal.TwoPhase(
+            f"failback of {self.old} from {self.new}",
+            self.old,
+            command(self.new, self.old),
+            f"after the history of {self.old} was set aside in {self.aside}",
+        )
+        journal.run_two_phase(phase, self._prepare, self._roll_back, self._finish, self.say, resumed)
 
     def _old(self) -> Stream | None:
         """The old primary as the journal planned it: None once its delete began (or it is another stream now)."""

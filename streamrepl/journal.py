@@ -8,13 +8,30 @@ Readers elsewhere (`replica list`, failback) go through the functions here, whic
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .errors import StreamreplError
 from .model import Stream
+from .oplock import interrupt_in
 
 #: The steps of promote, in order; the crash hook ($STREAMREPL_CRASH_AFTER_STEP=promote:<k>) counts them from 1.
 PROMOTE_STEPS = ("journal", "upstreams", "released", "point", "identity")
+#: The steps of promote -consistent true (promoteconsistent.py): the cut is planned, the replica set aside, the cut
+#: topics rebuilt and the cursors moved back between the promotion point and the identity.
+PROMOTE_CONSISTENT_STEPS = (
+    "journal",
+    "upstreams",
+    "released",
+    "point",
+    "cut",
+    "aside",
+    "rebuild",
+    "cursors",
+    "identity",
+)
 #: The steps of resync, in order. Until "rebuild" the replica is as it was: a run that cannot go on rolls back.
 RESYNC_STEPS = ("journal", "pause", "released", "aside", "rebuild", "resume")
 #: The steps of failback, in order. Until "delete" the old primary is as it was: a run that cannot go on rolls back.
@@ -95,3 +112,67 @@ def resync_note(src: str, replica: str, drec: Stream) -> str:
         f" {', '.join(j.get('done', []))}): run 'streamrepl stream replica resync -path {src} -replica {replica}'"
         " again to complete it or roll it back"
     )
+
+
+def _interrupt_or(e: BaseException) -> StreamreplError | KeyboardInterrupt:
+    """`e` as the step's failure or interrupt; any other SystemError goes on up."""
+    if isinstance(e, StreamreplError):
+        return e
+    found = interrupt_in(e)
+    if found is None:
+        raise e
+    return found
+
+
+@dataclass
+class TwoPhase:
+    """What a run of resync or failback says when its steps stop: before its point of no return it rolls back, past
+    it its journal keeps the steps done for a rerun."""
+
+    #: "the resync of /a from /b" (a resumed run says "the interrupted ...")
+    what: str
+    #: the stream a roll back leaves as it was
+    subject: str
+    #: the command that completes or rolls back
+    again: str
+    #: where the point of no return lies: "after <...>"
+    past: str
+    #: what else stays as it is past that point: " and the links stay paused"
+    kept: str = ""
+
+
+def run_two_phase(
+    phase: TwoPhase,
+    prepare: Callable[[], None],
+    roll_back: Callable[[], str],
+    finish: Callable[[], None],
+    say: Callable[[str], None],
+    resumed: bool,
+) -> None:
+    """Run `prepare` (its steps change nothing that cannot be undone), then `finish`. A failure or an interrupt in
+    `prepare` is undone by `roll_back` (which says what it undid and clears the journal); one in `finish` leaves the
+    journal for a rerun. An interrupt stays a KeyboardInterrupt (the CLI reports "interrupted: ..."), with the text."""
+    what = f"{'the interrupted' if resumed else 'the'} {phase.what}"
+    try:
+        prepare()
+    except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+        e = _interrupt_or(e)
+        undone = roll_back()
+        text = f"rolled back {what}: {undone}; nothing of {phase.subject} was changed: run {phase.again} again"
+        if isinstance(e, KeyboardInterrupt):
+            raise type(e)(text) from None
+        raise StreamreplError(f"{e}; {text}") from None
+    try:
+        finish()
+    except (StreamreplError, KeyboardInterrupt, SystemError) as e:
+        e = _interrupt_or(e)
+        why = f" ({e})" if isinstance(e, StreamreplError) else ""
+        text = (
+            f"{what} stopped {phase.past}{why}; its journal keeps the steps done{phase.kept}: run {phase.again} again"
+            " to complete it"
+        )
+        if isinstance(e, KeyboardInterrupt):
+            raise type(e)(text) from None
+        raise StreamreplError(text) from None
+    if resumed:
+        say(f"completed {what}")

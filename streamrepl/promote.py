@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import kafka, oplock, policy, promotecut, replicas, settings, statustopic, streams
+from . import dr, kafka, oplock, policy, promoteconsistent, promotecut, replicas, settings, statustopic, streams
+from .bulk.copystream import copystream
 from .dr import Ends, Say, Waiter, ends_by_topic, quiet
 from .errors import InvalidArgument, NotFound, StreamreplError
-from .journal import PROMOTE_STEPS
+from .journal import PROMOTE_CONSISTENT_STEPS, PROMOTE_STEPS
 from .journal import iso as _iso
 from .journal import promoting as _running
 from .model import Stream
@@ -93,7 +94,42 @@ def _promoted_row(
     """One row per partition with its cut (promotecut.py), or one row when there is none (no partition, or a
     promotion recorded before cuts were)."""
     head = {"path": str(r.path), "promotedfrom": ",".join(sources), "writable": writable, "dryrun": dryrun}
-    return [{**head, **{c: k.get(c) for c in promotecut.COLUMNS}} for k in cut] if cut else [head]
+    if not cut:
+        return [head]
+    columns = promotecut.COLUMNS + (promoteconsistent.COLUMNS if "cutts" in cut[0] else ())
+    return [{**head, **{c: k.get(c) for c in columns}} for k in cut]
+
+
+def _mode(r: streams.Resolved, rec: Stream, consistent: bool | None) -> bool:
+    """Whether this run cuts consistently: as asked, or as the interrupted run's journal says when not asked; a run
+    past its cut cannot change its mind."""
+    journal = _running(rec)
+    if journal is None:
+        return bool(consistent)
+    planned = bool(journal.get("consistent"))
+    if consistent is None or consistent == planned:
+        return planned
+    if "cut" in journal.get("done", []):
+        raise InvalidArgument(
+            f"the interrupted promote of {r.path} cut it consistently already (set aside in {journal.get('aside')}):"
+            f" run 'streamrepl stream replica promote -path {r.path}' without -consistent to complete it"
+        )
+    return consistent
+
+
+def _preview(
+    reg: Registry, r: streams.Resolved, rec: Stream, sources: list[str], ends: Ends, scan: bool
+) -> list[dict[str, Any]]:
+    """The consistent cut as it would be now (the gateways may still be writing); refuses what it cannot do. Its
+    kept ends only with `scan` (a dry run): finding them reads every partition whole, which the run does again at
+    its cut."""
+    promoteconsistent.check(rec, str(r.path))
+    point = ends_by_topic(r, rec, ends)
+    source = sources[0] if len(sources) == 1 and scan else None
+    cut = promotecut.rows(promotecut.measure(reg, r, point, source))
+    caught = promoteconsistent.caught_up(r, sources, point)
+    t = promoteconsistent.cut_time(str(r.path), cut, caught)
+    return promoteconsistent.rows(cut, t, promoteconsistent.plan(r, point, t, caught) if scan else [], dr.aside_path(r))
 
 
 def promote(
@@ -101,15 +137,27 @@ def promote(
     path: str,
     *,
     dryrun: bool = False,
+    consistent: bool | None = None,
     say: Say = quiet,
     ends: Ends = kafka.topic_ends,
     wait_released: Waiter = statustopic.wait_released,
+    copy: Any = copystream,
 ) -> list[dict[str, Any]]:
     """Make the replica `path` the writable primary; see the module doc. Its source is only read, with a short
-    timeout, to report what the replica lacks."""
+    timeout, to report what the replica lacks. `consistent`: one cut for the whole stream (promoteconsistent.py);
+    None: as an interrupted run planned, else per partition."""
     settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
     r, rec = streams.load(reg, path)
     _check_promote(r, rec)
+    mode = _mode(r, rec, consistent)
+    if mode and rec.upstreams and _running(rec) is None:
+        # refuses before anything changes
+        preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends, scan=dryrun)
+        if dryrun:
+            _promote_plan(reg, r, rec, say, ends, dryrun=True)
+            for line in promoteconsistent.describe(str(r.path), preview):
+                say(line)
+            return _promoted_row(r, [e.path for e in rec.upstreams], False, True, preview)
     if dryrun:
         return _promote_plan(reg, r, rec, say, ends, dryrun=True)
     # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
@@ -117,6 +165,7 @@ def promote(
     with oplock.holding(r, "promote") as lock:
         r, rec = streams.load(reg, path)
         _check_promote(r, rec)
+        mode = _mode(r, rec, consistent)
         return _promote_plan(
             reg,
             r,
@@ -124,7 +173,7 @@ def promote(
             say,
             ends,
             dryrun=False,
-            steps=lambda sources: _promote(reg, r, rec, sources, lock, say, ends, wait_released),
+            steps=lambda sources: _promote(reg, r, rec, sources, lock, say, ends, wait_released, mode, copy),
         )
 
 
@@ -194,10 +243,14 @@ def _promote(
     say: Say,
     ends: Ends,
     wait_released: Waiter,
+    consistent: bool,
+    copy: Any,
 ) -> list[dict[str, Any]]:
-    """The steps of promote not done yet (PROMOTE_STEPS), each marked done in the journal once it is."""
+    """The steps of promote not done yet (PROMOTE_STEPS, or PROMOTE_CONSISTENT_STEPS), each marked done in the
+    journal once it is."""
     journal = _running(rec)
     resumed = journal is not None
+    order = PROMOTE_CONSISTENT_STEPS if consistent else PROMOTE_STEPS
 
     def mark(step: str, **fields: Any) -> Stream:
         def apply(current: Stream | None) -> Stream:
@@ -212,8 +265,16 @@ def _promote(
 
         out = r.store.update(r.path.path, apply)
         assert out is not None
-        oplock.step_done("promote", PROMOTE_STEPS.index(step) + 1)
+        oplock.step_done("promote", order.index(step) + 1)
         return out
+
+    def switch(current: Stream | None) -> Stream:
+        """A rerun asked for the other cut, before the cut was planned: the journal's steps become its."""
+        p = _running(current)
+        if current is None or p is None:
+            raise StreamreplError(f"the journal of the promote of {r.path} vanished meanwhile; run promote again")
+        p["consistent"], p["steps"] = consistent, list(order)
+        return current
 
     try:
         if journal is None:
@@ -228,13 +289,16 @@ def _promote(
                     "upstreams": [e.to_json() for e in current.upstreams if e.path in sources],
                     "uuid": current.uuid,
                     "started": int(time.time() * 1000),
-                    "steps": list(PROMOTE_STEPS),
+                    "steps": list(order),
+                    "consistent": consistent,
                     "done": ["journal"],
                 }
                 return current
 
             rec = r.store.update(r.path.path, begin) or rec
             oplock.step_done("promote", 1)
+        elif bool(journal.get("consistent")) != consistent:
+            rec = r.store.update(r.path.path, switch) or rec
         journal = _running(rec) or {}
         done = set(journal.get("done", []))
         if "upstreams" not in done:
@@ -260,8 +324,12 @@ def _promote(
                 say(f"warning: the partitions of {r.path} hold records of several origins ({', '.join(found)})")
             cut = promotecut.rows(promotecut.measure(reg, r, point, sources[0] if len(sources) == 1 else None))
             rec = mark("point", ends=point, identity=identity, cut=cut)
+        if consistent:
+            rec = _consistent(reg, r, rec, sources, mark, say, ends, copy)
         cut = list((_running(rec) or {}).get("cut") or [])
         for line in promotecut.describe(str(r.path), ", ".join(sources), cut):
+            say(line)
+        for line in promoteconsistent.describe(str(r.path), cut):
             say(line)
         identity = str((_running(rec) or {}).get("identity", rec.uuid))
         say(f"{r.path} takes over the identity {identity} of the history it holds")
@@ -279,10 +347,68 @@ def _promote(
             return current
 
         r.store.update(r.path.path, finish)
-        oplock.step_done("promote", len(PROMOTE_STEPS))
+        oplock.step_done("promote", len(order))
     except KeyboardInterrupt as e:
         raise type(e)(_stopped(r)) from None
     if resumed:
         say(f"completed an interrupted promote of {r.path}")
     say(f"{r.path} is writable")
     return _promoted_row(r, sources, True, False, cut)
+
+
+def _consistent(
+    reg: Registry,
+    r: streams.Resolved,
+    rec: Stream,
+    sources: list[str],
+    mark: Callable[..., Stream],
+    say: Say,
+    ends: Ends,
+    copy: Any,
+) -> Stream:
+    """The steps of the consistent cut (promoteconsistent.py) not done yet: plan it, set the replica aside, rebuild
+    the cut topics, move the cursors back. The promotion point ("ends") becomes the kept ends: failback's fork."""
+    journal = _running(rec) or {}
+    done = set(journal.get("done", []))
+    if "cut" not in done:
+        point: dict[str, list[int]] = journal["ends"]
+        caught = promoteconsistent.caught_up(r, sources, point)
+        t = promoteconsistent.cut_time(str(r.path), journal.get("cut") or [], caught)
+        aside = dr.aside_path(r)
+        rows = promoteconsistent.rows(journal.get("cut") or [], t, promoteconsistent.plan(r, point, t, caught), aside)
+        changed = promoteconsistent.changed_topics(rows)
+        if changed:
+            a = streams.resolve(reg, aside)
+            if a.store.get(a.path.path) is not None:
+                raise InvalidArgument(
+                    f"stream {aside} exists already: the records past the cut cannot be set aside into it; nothing"
+                    " of the records was changed: run promote again in a minute (the set-aside name has a new stamp)"
+                )
+        kept = {t_: [k["keptend"] for k in rows if k["topic"] == t_] for t_ in point}
+        saved = promoteconsistent.cursors(r, changed)
+        rec = mark("cut", cut=rows, replicatedends=point, ends=kept, aside=aside if changed else "", cursors=saved)
+        journal, done = _running(rec) or {}, set()
+    rows = list(journal.get("cut") or [])
+    aside = str(journal.get("aside") or "")
+    if "aside" not in done:
+        if aside:
+            planned = [
+                dr.PartitionPlan(t_, p, end, 0, 0)
+                for t_, per in journal["replicatedends"].items()
+                for p, end in enumerate(per)
+            ]
+            dr._set_aside(reg, r, rec, aside, planned, ends, copy, None, "promote")
+            say(f"set aside: {aside} holds {r.path} whole")
+        rec = mark("aside")
+    if "rebuild" not in done:
+        if aside:
+            promoteconsistent.rebuild(reg, r, rec, aside, rows, say)
+        rec = mark("rebuild")
+    if "cursors" not in done:
+        moved = promoteconsistent.move_cursors(r, journal.get("cursors") or {}, rows)
+        for k in rows:
+            k["groupsmoved"] = ",".join(g for g, parts in moved.items() if (k["topic"], k["partition"]) in parts)
+        if moved:
+            say(f"consumer groups whose cursors were past the cut, moved back to it: {', '.join(sorted(moved))}")
+        rec = mark("cursors", cut=rows, moved=sorted(moved))
+    return rec

@@ -44,9 +44,6 @@ from .paths import kafka_topic_name
 from .registry import Cluster, Registry
 from .streams import Resolved
 
-#: How long the rebuild waits for a deleted topic to be gone before it is created again.
-DELETE_TIMEOUT = 30.0
-
 
 @dataclass
 class Rebuild:
@@ -164,24 +161,6 @@ def _holders(reg: Registry, dst: Resolved, drec: Stream, topics: list[str]) -> d
         if e.cluster in reg.clusters:
             holders.setdefault(e.cluster, (reg.get(e.cluster), []))[1].extend(f"{e.path}:{t}[" for t in topics)
     return holders
-
-
-def _recreate(cluster: Cluster, kt: str, partitions: int, configs: dict[str, str]) -> None:
-    """Delete a Kafka topic and create it again, empty (deletion may take a moment to finish on the broker)."""
-    if kt in kafka.topics(cluster):
-        kafka.delete_topics(cluster, [kt])
-    deadline = time.monotonic() + DELETE_TIMEOUT
-    while True:
-        try:
-            if kt not in kafka.topics(cluster):
-                kafka.create_topics(cluster, [(kt, partitions, configs)])
-                return
-        except StreamreplError:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise StreamreplError(f"topic {kt} of cluster {cluster.name} was not deleted within {DELETE_TIMEOUT:.0f} s")
-        time.sleep(0.2)
 
 
 def _announce(
@@ -348,20 +327,6 @@ def resync(
     return rows
 
 
-class _RollBack(StreamreplError):
-    """The resync cannot go on; nothing of the replica was changed yet: its journal is undone."""
-
-
-def _interrupt_or(e: BaseException) -> StreamreplError | KeyboardInterrupt:
-    """`e` as the step's failure or interrupt; any other SystemError goes on up."""
-    if isinstance(e, StreamreplError):
-        return e
-    found = oplock.interrupt_in(e)
-    if found is None:
-        raise e
-    return found
-
-
 class _Run:
     """The steps of one resync (journal.RESYNC_STEPS) not done yet, each marked done in its journal once it is."""
 
@@ -411,32 +376,15 @@ class _Run:
         self.dst.store.update(self.dst.path.path, drop)
 
     def run(self, resumed: bool) -> None:
-        what = f"{'the interrupted' if resumed else 'the'} resync of {self.dst.path} from {self.src.path}"
-        try:
-            self._prepare()
-        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
-            e = _interrupt_or(e)
-            # Nothing of the replica changed yet: undone rather than left paused for a rerun.
-            undone = self._roll_back()
-            text = f"rolled back {what}: {undone}; nothing of {self.dst.path} was changed: run resync again"
-            if isinstance(e, KeyboardInterrupt):
-                raise type(e)(text) from None  # reported as "interrupted: ..."
-            raise _RollBack(f"{e}; {text}") from None
-        try:
-            self._finish()
-        except (StreamreplError, KeyboardInterrupt, SystemError) as e:
-            e = _interrupt_or(e)
-            why = f" ({e})" if isinstance(e, StreamreplError) else ""
-            text = (
-                f"{what} stopped after its set-aside copy {self.j.get('aside')} was checked{why}; its journal keeps"
-                " the steps done and the links stay paused: run 'streamrepl stream replica resync"
-                f" -path {self.src.path} -replica {self.dst.path}' again to complete it"
-            )
-            if isinstance(e, KeyboardInterrupt):
-                raise type(e)(text) from None
-            raise StreamreplError(text) from None
-        if resumed:
-            self.say(f"completed {what}")
+        again = f"'streamrepl stream replica resync -path {self.src.path} -replica {self.dst.path}'"
+        phase = journal.TwoPhase(
+            f"resync of {self.dst.path} from {self.src.path}",
+            str(self.dst.path),
+            again,
+            f"after its set-aside copy {self.j.get('aside')} was checked",
+            " and the links stay paused",
+        )
+        journal.run_two_phase(phase, self._prepare, self._roll_back, self._finish, self.say, resumed)
 
     def _prepare(self) -> None:
         """The steps that change nothing of the replica: pause, wait for the gateways, set the replica aside."""
@@ -489,7 +437,7 @@ class _Run:
             for t in self.topics:
                 meta = self.drec.topics[t]
                 configs = streams.kafka_configs(self.drec.settings, meta.timestamptype)
-                _recreate(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
+                dr.recreate_topic(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
                 self.say(f"rebuilt {self.dst.path}:{t} empty ({meta.partitions} partitions)")
             self.mark("rebuild")
         if not self.done("resume"):

@@ -226,14 +226,28 @@ def _say_to_stderr(command: str) -> Any:
 @replica.command("promote", context_settings=CONTEXT_SETTINGS)
 @opt("path", metavar="PATH", help="The replica stream to make the writable primary.")
 @opt("dryrun", type=BOOL, default=False, help="Only print what would be done (default false).")
+@opt(
+    "consistent",
+    type=BOOL,
+    default=None,
+    help="One cut for the whole stream at the latest timestamp every partition allows; records past it are set"
+    " aside into <path>.aside-<yyyymmddHHMM> and cursors past it moved back (default false: each partition keeps"
+    " what it got; a rerun of an interrupted promote follows its first run).",
+)
 @handles_errors
-def promote_cmd(path: str, dryrun: bool) -> None:
+def promote_cmd(path: str, dryrun: bool, consistent: bool | None) -> None:
     """Make a replica the writable primary after its source is lost: remove its upstreams (only on its own
     cluster) and wait until no gateway writes into it (needs adminperm)."""
     from .. import promote
 
     with sigterm_interrupts():  # its journal says what was done: a rerun completes it
-        rows = promote.promote(app().registry, require(path, "path"), dryrun=dryrun, say=_say_to_stderr("promote"))
+        rows = promote.promote(
+            app().registry,
+            require(path, "path"),
+            dryrun=dryrun,
+            consistent=consistent,
+            say=_say_to_stderr("promote"),
+        )
     output(rows)
 
 

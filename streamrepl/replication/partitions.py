@@ -118,7 +118,8 @@ class UnitState:
     writer: OffsetPreservingWriter
     feeds: dict[str, tuple[Link, TopicPartition]] = field(default_factory=dict)  # link name -> source tp
     throttled_until: float = 0.0
-    reported: tuple[str, int] = ("", -1)
+    #: what was last reported of it (reports.py): state, next offset, caught up
+    reported: tuple[str, int, bool] = ("", -1, False)
     #: feeds whose source end was compared with the replica's (see watermarks.recheck_lagging_feeds)
     rechecked: set[str] = field(default_factory=set)
     #: when records were last handed to the writer (monotonic; 0: never, since acquired)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from .. import statustopic
 from ..kafka import KafkaException, Producer
+from . import watermarks
 from .links import Plan, Unit
 from .partitions import Partitions
 from .stats import GatewayStats
@@ -47,7 +48,8 @@ class StatusReports:
         self._producer = producer
         self._seats = seats
 
-    def unit(self, unit: Unit, state: str, error: str = "") -> None:
+    def unit(self, unit: Unit, state: str, error: str = "", caughtup: bool = False) -> None:
+        """`caughtup`: the writer had applied all its feeds' last fetches showed (watermarks.caught_up)."""
         units = self.partitions.units
         feeds = units[unit].feeds if unit in units else {}
         plan = self._plan()
@@ -61,6 +63,7 @@ class StatusReports:
                 "error": error,
                 "gateway": self.gateway_id,
                 "next": nxt,
+                "caughtup": caughtup,
                 "updated": int(time.time() * 1000),
             }
             self._send(statustopic.unit_key(str(unit.dst), str(src), unit.topic, unit.partition), body)
@@ -68,9 +71,9 @@ class StatusReports:
     def all(self) -> None:
         """The partitions whose state changed since they were last reported, and the gateway itself."""
         for unit, st in self.partitions.units.items():
-            mark = ("ok", st.writer.next)
+            mark = ("ok", st.writer.next, watermarks.caught_up(self.partitions, st))
             if st.reported != mark:
-                self.unit(unit, "ok")
+                self.unit(unit, "ok", caughtup=mark[2])
                 st.reported = mark
         body = {
             "gateway": self.gateway_id,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..kafka import KafkaException, TopicPartition
 
 if TYPE_CHECKING:
-    from .partitions import Partitions
+    from .partitions import Partitions, UnitState
 
 
 def recheck_lagging_feeds(partitions: Partitions) -> None:
@@ -53,3 +53,24 @@ def pending(partitions: Partitions) -> dict[str, int]:
                 continue
             out[name] = out.get(name, 0) + max(0, high - state.writer.next)
     return out
+
+
+def caught_up(partitions: Partitions, state: UnitState) -> bool:
+    """Whether the writer had applied every record its feeds' last fetches showed (the source's end as the last fetch
+    saw it, no request; a quiet feed's end has not passed its writer). Reported with the unit (reports.py): promote
+    -consistent lets a partition caught up at its last report not hold its cut back (promoteconsistent.py)."""
+    if not state.feeds:
+        return False
+    for name, (_, tp) in list(state.feeds.items()):
+        if partitions.quiet is not None and partitions.quiet.holds(name, tp):
+            continue
+        c = partitions.consumer_of(name)
+        if c is None:
+            return False
+        try:
+            _, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+        except (KafkaException, RuntimeError):
+            return False
+        if high < 0 or high > state.writer.next:
+            return False
+    return True
