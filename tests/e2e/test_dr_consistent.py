@@ -21,16 +21,14 @@ import pytest
 from confluent_kafka import Producer
 from support import one_error_line
 from support.clusters import RECENT_MS, registered_clusters
+from support.dr import crash_run, record
 from support.streams import Gateways, SteadyProducer, cli, link, new_stream, new_topics, read_all, sp, wait_until
-from test_dr_journal import crash_run, record
 
 from streamrepl import kafka, registry, statustopic, streams
 from streamrepl.journal import PROMOTE_CONSISTENT_STEPS
 from streamrepl.local import EphemeralClusters
 from streamrepl.oplock import OpLock
 from streamrepl.paths import kafka_topic_name
-
-pytestmark = pytest.mark.e2e
 
 TOPICS = {"t": 2}
 #: the records' timestamps (past RECENT_MS) per partition: t[0]'s are not in order, t[1] falls behind at 2500
