@@ -1,5 +1,5 @@
 """Divergence (streamrepl/divergence.py) with fake clients: the comparison, the gateway's checks on acquire and
-while running (replication/partitions.py, mover.py), and copystream's check of a rerun; no broker."""
+while running (replication/units.py, guard.py, mover.py), and copystream's check of a rerun; no broker."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
-from streamrepl.replication.partitions import Partitions
 from streamrepl.replication.stats import GatewayStats
 
 SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/r")
@@ -225,17 +224,19 @@ class Rig:
         self.producer = Producer()
         self.stats = GatewayStats("test")
         self.failed: list[str] = []
-        self.partitions = Partitions(
+        self.mover = Mover.assemble(
             self.reader,  # type: ignore[arg-type]
             self.stats,
             lambda cluster: self.feed,  # type: ignore[arg-type,return-value]
+            lambda: self.producer,  # type: ignore[arg-type,return-value]
+            1000,
             lambda u, e: self.failed.append(e),
             new_probe=lambda cluster: self.probe,  # type: ignore[arg-type,return-value]
         )
-        self.mover = Mover(self.partitions, lambda: self.producer, 1000)  # type: ignore[arg-type,return-value]
+        self.table = self.mover.table
         self.unit = Unit(DST, "t", 0)
         plan = Plan([link()], {self.unit: [(link(), SKT)]}, {}, [])
-        self.partitions.follow(plan, {DKT}, plan.units, True, self.producer)  # type: ignore[arg-type]
+        self.table.follow(plan, {DKT}, plan.units, True, self.producer)  # type: ignore[arg-type]
 
 
 def replicated(n: int) -> list[Msg]:
@@ -244,7 +245,7 @@ def replicated(n: int) -> list[Msg]:
 
 def test_a_partition_whose_source_was_recreated_fails_on_acquire_and_nothing_is_read_or_written() -> None:
     rig = Rig(replicated(10), history(12, ts=1_800_000_000_000))
-    assert rig.unit in rig.partitions.errored and rig.unit not in rig.partitions.units
+    assert rig.unit in rig.table.errored and rig.unit not in rig.table.units
     assert rig.feed.assigned == [], "the source is not fed from"
     assert rig.stats.divergences == 1 and rig.stats.failures == 1
     (error,) = rig.failed
@@ -260,27 +261,27 @@ def test_a_partition_whose_source_lost_its_end_fails_on_acquire() -> None:
 
 def test_a_partition_whose_source_holds_its_history_is_acquired_at_its_end() -> None:
     rig = Rig(replicated(10), history(12))
-    assert rig.unit in rig.partitions.units and not rig.failed
+    assert rig.unit in rig.table.units and not rig.failed
     assert rig.feed.assigned == [(SKT, 0, 10)]
 
 
 def test_a_source_that_does_not_answer_on_acquire_is_not_fed_from_until_it_was_compared() -> None:
     rig = Rig(replicated(10), history(12), source_down=True)
-    state = rig.partitions.units[rig.unit]
+    state = rig.table.units[rig.unit]
     assert rig.feed.assigned == [] and not rig.failed and list(state.unverified) == [link().name]
     rig.probe.down = False
-    rig.partitions._retry_at.clear()  # the retry's wait, passed
+    rig.table._retry_at.clear()  # the retry's wait, passed
     rig.mover.move_once()
     assert rig.feed.assigned == [(SKT, 0, 10)] and not state.unverified
-    assert rig.partitions.links == {link().name: link()}
+    assert rig.mover.feeds.link(link().name) == link()
 
 
 def test_a_source_that_does_not_answer_on_acquire_and_diverged_meanwhile_fails_when_it_answers() -> None:
     rig = Rig(replicated(10), history(4), source_down=True)
     rig.probe.down = False
-    rig.partitions._retry_at.clear()
+    rig.table._retry_at.clear()
     rig.mover.move_once()
-    assert rig.feed.assigned == [] and rig.unit in rig.partitions.errored and rig.stats.divergences == 1
+    assert rig.feed.assigned == [] and rig.unit in rig.table.errored and rig.stats.divergences == 1
 
 
 def test_a_running_partition_fed_a_new_history_below_its_end_stops_before_writing_it() -> None:
@@ -312,7 +313,7 @@ def test_records_written_while_running_are_what_later_rereads_compare_with() -> 
 def test_a_running_partition_whose_source_now_ends_below_it_stops() -> None:
     rig = Rig(replicated(10), history(10))
     rig.probe.logs[SKT] = history(3)  # the source came back without records it had acknowledged
-    rig.partitions.units[rig.unit].checked_at = 0.0
+    rig.table.units[rig.unit].checked_at = 0.0
     rig.feed.queued = history(3)
     rig.mover.move_once()
     (error,) = rig.failed
@@ -327,7 +328,7 @@ def test_a_source_broker_that_came_back_with_another_history_is_compared_before_
     rig = Rig(replicated(10), history(10))
     new_history = history(14, tag="w")
     rig.probe.logs[SKT] = new_history
-    rig.partitions.source_lost("sf")  # what the source consumer's error_cb reports
+    rig.mover.feeds.source_lost("sf")  # what the source consumer's error_cb reports
     rig.feed.queued = new_history[10:]
     rig.mover.move_once()
     assert rig.producer.written == [], "nothing of the new history written"
@@ -338,7 +339,7 @@ def test_a_source_broker_that_came_back_with_another_history_is_compared_before_
 def test_a_source_broker_that_came_back_with_its_history_is_fed_again_from_the_replicas_end() -> None:
     rig = Rig(replicated(10), history(10))
     rig.probe.logs[SKT] = history(12)
-    rig.partitions.source_lost("sf")
+    rig.mover.feeds.source_lost("sf")
     rig.mover.move_once()
     assert not rig.failed and rig.feed.assigned == [(SKT, 0, 10), (SKT, 0, 10)], "fed again from the replica's end"
     rig.feed.queued = history(12)[10:]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from .. import statustopic
 from ..kafka import KafkaException, Producer
 from .links import Plan, Unit
-from .partitions import Partitions
 from .stats import GatewayStats
+from .units import UnitTable
 
 REPORT_SECONDS = 5.0
 
@@ -27,7 +27,7 @@ class StatusReports:
     def __init__(
         self,
         gateway_id: str,
-        partitions: Partitions,
+        table: UnitTable,
         stats: GatewayStats,
         slots: Callable[[], set[int]],
         plan: Callable[[], Plan | None],
@@ -41,7 +41,7 @@ class StatusReports:
         self.parent_id = parent_id
         self.restarts = restarts
         self.last_exit = last_exit
-        self.partitions = partitions
+        self.table = table
         self.stats = stats
         self._slots = slots
         self._plan = plan
@@ -49,7 +49,7 @@ class StatusReports:
         self._seats = seats
 
     def unit(self, unit: Unit, state: str, error: str = "") -> None:
-        units = self.partitions.units
+        units = self.table.units
         feeds = units[unit].feeds if unit in units else {}
         plan = self._plan()
         names = [link.src for link, _ in feeds.values()] or [
@@ -68,7 +68,7 @@ class StatusReports:
 
     def all(self) -> None:
         """The partitions whose state changed since they were last reported, and the gateway itself."""
-        for unit, st in self.partitions.units.items():
+        for unit, st in self.table.units.items():
             mark = ("ok", st.writer.next)
             if st.reported != mark:
                 self.unit(unit, "ok")
@@ -79,9 +79,9 @@ class StatusReports:
             "pid": os.getpid(),
             "slots": sorted(self._slots()),
             "seats": self._seats(),
-            "units": sorted(u.key for u in self.partitions.units),
+            "units": sorted(u.key for u in self.table.units),
             "applied": self.stats.records_applied,
-            "errors": len(self.partitions.errored),
+            "errors": len(self.table.errored),
             # started again by its supervisor after it died, and how it died last (`cluster gateway list`)
             "restarts": self.restarts,
             "lastexit": self.last_exit,
@@ -99,7 +99,7 @@ class StatusReports:
 
     def _send(self, key: str, body: dict[str, object]) -> None:
         """Reports go through the gateway's producer. One in a fatal state (a destination broker that came back
-        without the producer's state, a fence) is the writes' to restart (Mover.check_writes sees it at the next
+        without the producer's state, a fence) is the writes' to restart (WriteSession.check sees it at the next
         delivery); a report that cannot be sent now is sent again at the next report period, not a reason to die."""
         try:
             self._producer().produce(statustopic.STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode())
