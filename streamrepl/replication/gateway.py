@@ -28,7 +28,7 @@ from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
 from .allowlist import AllowList
-from .cursor_sync import CursorSyncProcess
+from .cursor_sync import CursorSyncProcess, owned_links
 from .feeds import source_consumer
 from .links import Link, Plan, Unit
 from .membership import SlotGroup, ensure_internal_topics, slot_of
@@ -267,7 +267,9 @@ class Gateway:
         self.reports.all()
         self.group.join()
         # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
-        self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
+        self.cursor_sync = CursorSyncProcess(
+            self.cluster, lambda: owned_links(self.plan, self.group.slots), self.tuning.cursor_sync_seconds
+        ).start()
         self._replan = True
         self.watcher.start()
         self.pause_watch.start()
