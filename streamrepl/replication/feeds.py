@@ -179,6 +179,10 @@ class SourceFeeds:
         self._feed_count[link.name] = self._feed_count.get(link.name, 0) + 1
         self._links[link.name] = link
 
+    def relink(self, state: UnitState, link: Link) -> None:
+        """The settings of a link that feeds `state` changed (`replica edit -throttle ...`): its feed follows them."""
+        state.feeds[link.name] = (link, state.feeds[link.name][1])
+
     def remove(self, state: UnitState, name: str) -> tuple[Link, TopicPartition]:
         """Stop the feed `name` of `state`; returns it."""
         link, tp = state.feeds.pop(name)

@@ -97,6 +97,8 @@ class Gateway:
             new_source_consumer = functools.partial(source_consumer, on_lost=self._source_lost)
             if new_end_watch is None:
                 new_end_watch = end_watch
+        #: the feeds that brought no records for a while, their ends watched (quiet.py); None: every feed stays put
+        self.quiet = QuietFeeds(new_end_watch) if new_end_watch is not None else None
         self.mover = Mover.assemble(
             new_consumer(self.cluster),
             self.stats,
@@ -104,7 +106,7 @@ class Gateway:
             self._producer,
             self.tuning.throttle_rate,
             on_fail=self._report_failure,
-            quiet=QuietFeeds(new_end_watch) if new_end_watch is not None else None,
+            quiet=self.quiet,
             gateway_id=self.id,
             cluster_name=cluster,
         )
@@ -114,8 +116,8 @@ class Gateway:
             self.cluster, self.id, self.tuning.session_ms, self.stats, self._plan_again, self._give_up, new_consumer
         )
         self.watcher = PlanWatcher(Planner(reg, self.cluster), new_consumer)
-        if self.feeds.quiet is not None:
-            self.watcher.on_publish = self.feeds.quiet.nudge
+        if self.quiet is not None:
+            self.watcher.on_publish = self.quiet.nudge
         self.reports = StatusReports(
             self.id,
             self.table,
@@ -231,8 +233,8 @@ class Gateway:
         self.stopping = True
         self.watcher.stop()
         self.allow_list.stop()
-        if self.feeds.quiet is not None:
-            self.feeds.quiet.nudge()
+        if self.quiet is not None:
+            self.quiet.nudge()
 
     def _links(self) -> list[Link]:
         return self.plan.links if self.plan is not None else []
@@ -312,8 +314,8 @@ class Gateway:
                     last_busy = now
                 elif now - last_busy < QUIET_AFTER:
                     time.sleep(IDLE_SLEEP)
-                elif self.feeds.quiet is not None and self.table.all_quiet():
-                    self.feeds.quiet.wait_for_news(IDLE_SLEEP_ALL_QUIET)
+                elif self.quiet is not None and self.table.all_quiet():
+                    self.quiet.wait_for_news(IDLE_SLEEP_ALL_QUIET)
                 else:
                     time.sleep(IDLE_SLEEP_QUIET)
         finally:

@@ -133,7 +133,7 @@ class UnitTable:
                 state.unverified[link.name] = (link, src_kt)
             elif state.feeds[link.name][0] != link:
                 # The link's settings changed (`replica edit -throttle ...`): follow them.
-                state.feeds[link.name] = (link, state.feeds[link.name][1])
+                self.feeds.relink(state, link)
         if state.unverified:
             self.verify_feeds(state)
 
