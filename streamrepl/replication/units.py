@@ -197,11 +197,17 @@ class UnitTable:
         if not lost:
             return
         for state in self.units.values():
-            for name, (link, tp) in list(state.feeds.items()):
+            for name, (link, _) in list(state.feeds.items()):
                 if link.src_cluster.name in lost:
                     log.info("%s: lost the connection to source %s; comparing with it again", state.unit.key, link.src)
-                    self.remove_feed(state, name)
-                    state.unverified[name] = (link, tp.topic)
+                    self.reverify_feed(state, name)
+
+    def reverify_feed(self, state: UnitState, name: str) -> None:
+        """Stop the feed `name` of `state` until its source was compared with the replica again (verify_feeds, at
+        the next sweep)."""
+        link, tp = state.feeds[name]
+        self.remove_feed(state, name)
+        state.unverified[name] = (link, tp.topic)
 
     def retry_unverified(self) -> None:
         """Called from the loop: the feeds whose source did not answer when their partition was acquired, or
