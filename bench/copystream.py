@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from streamrepl import streams, topics
+from streamrepl import stream_ops, streams, topics
 from streamrepl.bulk.copystream import copystream
 from streamrepl.errors import StreamreplError
 from streamrepl.local import EphemeralClusters
@@ -62,7 +62,7 @@ def benchmark(
     with EphemeralClusters(["benchsrc", "benchdst"]) as ec:
         reg = load_registry(str(ec.registry_path))
         for path in ("/benchsrc/bench", "/benchdst/plain1", "/benchdst/plain2"):
-            streams.create(reg, path, {"defaultpartitions": partitions})
+            stream_ops.create(reg, path, {"defaultpartitions": partitions})
             topics.create(reg, path, "t", partitions)
 
         def kt(path: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from streamrepl import streams, topics
+from streamrepl import stream_ops, streams, topics
 from streamrepl.errors import StreamreplError
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -67,7 +67,7 @@ def benchmark(sizes: list[int], partitions: int = 4, size: int = 100) -> dict[st
         rows = []
         for n in sizes:
             src = f"/benchsrc/s{n}"
-            streams.create(reg, src, {"defaultpartitions": partitions})
+            stream_ops.create(reg, src, {"defaultpartitions": partitions})
             topics.create(reg, src, "t", partitions)
             rate = fill(
                 ec.brokers["benchsrc"].bootstrap,

@@ -58,7 +58,7 @@ def bare_create(bootstrap: str, prefix: str, n: int, kept: bool) -> list[float]:
 def run(background: int, topics: int) -> dict[str, float]:
     with EphemeralClusters([SRC]) as ec:
         os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
-        from streamrepl import kafka, metastore, registry, streams
+        from streamrepl import kafka, metastore, registry, stream_ops
         from streamrepl import topics as topics_api
 
         bootstrap = ec.brokers[SRC].bootstrap
@@ -81,7 +81,7 @@ def run(background: int, topics: int) -> dict[str, float]:
             (topics_api, "create", "topic create (all)"),
         ]
         saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
-        streams.create(reg, f"/{SRC}/probe", {"defaultpartitions": 4})
+        stream_ops.create(reg, f"/{SRC}/probe", {"defaultpartitions": 4})
         for obj, attr, name in patches:
             setattr(obj, attr, timed(spent, name, getattr(obj, attr)))
         try:

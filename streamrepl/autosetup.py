@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import replicas, streams
+from . import replicas, stream_ops, streams
 from .bulk.copystream import copystream
 from .bulk.inprocess import check_engine_options
 from .bulk.spark import check_spark_options
@@ -78,7 +78,7 @@ def autosetup(
         )
     if not exists:
         say(f"creating {dst.path} from the metadata of {src.path}")
-        streams.create(reg, str(dst.path), {}, copymetafrom=str(src.path))
+        stream_ops.create(reg, str(dst.path), {}, copymetafrom=str(src.path))
     if entry is None:
         say(f"registering {dst.path} as a replica of {src.path} (paused)")
         replicas.add(

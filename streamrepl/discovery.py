@@ -32,10 +32,11 @@ def cached(cluster: Cluster) -> BrokerTraits | None:
 
 
 def _keep(cluster: Cluster, traits: BrokerTraits) -> None:
-    statustopic.ensure_topic(cluster)
-    p = kafka.producer(cluster)
-    p.produce(statustopic.STATUS_TOPIC, key=TRAITS_KEY.encode(), value=traits.to_json().encode(), partition=0)
-    p.flush(10)
+    """The answers hold for this process whether or not they could be kept: one not kept is probed again next time."""
+    try:
+        statustopic.put(cluster, TRAITS_KEY, traits.to_json().encode(), "keeping what its brokers do")
+    except (StreamreplError, kafka.KafkaException) as e:
+        log.warning("cluster %s: what its brokers do was not kept (%s); it is probed again next time", cluster.name, e)
 
 
 _asked: set[tuple[str, str]] = set()
@@ -125,10 +126,7 @@ def probe_leave_later(cluster: Cluster, traits: BrokerTraits) -> threading.Threa
         value, note = probes.attempt(probes.run_isolated, "clean_leave", cluster)
         notes = dict(traits.notes, **({"clean_leave": note} if note else {}))
         done = dataclasses.replace(traits, clean_leave=value, notes=notes)
-        try:
-            _keep(cluster, done)
-        except kafka.KafkaException:
-            pass  # kept next time
+        _keep(cluster, done)
         brokers.learn(cluster, done)
         log.info("cluster %s: LeaveGroup during a rebalance %s", cluster.name, _word(value, "hands over", "wedges"))
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import dr, journal, kafka, oplock, settings, streams
+from . import dr, journal, kafka, oplock, settings, stream_ops, streams
 from .autosetup import autosetup
 from .bulk.copystream import copystream
 from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
@@ -292,7 +292,7 @@ class _Run:
         if self.aside and self.j.get("asidenew"):
             a = streams.resolve(self.reg, self.aside)
             if a.store.get(a.path.path) is not None:
-                streams.delete(self.reg, self.aside)
+                stream_ops.delete(self.reg, self.aside)
                 undone.append(f"deleted its copy {self.aside}")
         self._clear()
         return ", ".join(undone) or "nothing to undo"
@@ -303,7 +303,7 @@ class _Run:
             rec = self.old_r.store.get(self.old_r.path.path)
             # Not a stream made since under its name (autosetup run by hand): that one is already the replica.
             if rec is not None and (rec.deleting or rec.uuid == self.j.get("olduuid")):
-                streams.delete(self.reg, self.old)
+                stream_ops.delete(self.reg, self.old)
                 self.say(f"deleted {self.old}")
             self.mark("delete")
         if not self.done("setup"):

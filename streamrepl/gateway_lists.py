@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any
 
-from . import ace, kafka, statustopic
+from . import ace, statustopic
 from .errors import InvalidArgument
 from .registry import Cluster
 
@@ -79,20 +79,4 @@ def delete(cluster: Cluster) -> None:
 
 
 def _write(cluster: Cluster, value: bytes | None) -> None:
-    statustopic.ensure_topic(cluster)
-    p = kafka.producer(
-        cluster,
-        **{"linger.ms": 0, "enable.idempotence": False, "message.timeout.ms": int(kafka.REQUEST_TIMEOUT * 1000)},
-    )
-    errors: list[kafka.KafkaError] = []
-    done: list[bool] = []
-
-    def delivered(err: kafka.KafkaError | None, _: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        done.append(True)
-
-    p.produce(statustopic.STATUS_TOPIC, key=CONFIG_KEY.encode(), value=value, partition=0, on_delivery=delivered)
-    p.flush(kafka.REQUEST_TIMEOUT + 2)
-    if errors or not done:
-        raise kafka.unreachable(cluster, "writing the gateway list")
+    statustopic.put(cluster, CONFIG_KEY, value, "writing the gateway list")

@@ -204,7 +204,7 @@ class Stream(Stored):
     updated: int = 0
     settings: Settings = field(default_factory=Settings)
     aces: Aces = field(default_factory=Aces)
-    #: being deleted: out of every gateway's plan until its Kafka topics are gone (streams.delete)
+    #: being deleted: out of every gateway's plan until its Kafka topics are gone (stream_ops.delete)
     deleting: bool = False
     #: set by `replica promote` (dr.py owns its shape): the lost primaries, when, the end of every partition then,
     #: and the uuid the stream had before it took over the identity of the history it holds; also the promote's

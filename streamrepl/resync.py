@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import dr, journal, kafka, oplock, replicas, settings, statustopic, streams
+from . import dr, journal, kafka, oplock, replicas, settings, statustopic, stream_ops, streams
 from .bulk.copystream import copystream
 from .divergence import Divergence, check, tail_of
 from .errors import InvalidArgument, NotFound, StreamreplError
@@ -478,7 +478,7 @@ class _Run:
         if aside and self.j.get("asidenew"):
             a = streams.resolve(self.reg, aside)
             if a.store.get(a.path.path) is not None:
-                streams.delete(self.reg, aside)
+                stream_ops.delete(self.reg, aside)
                 undone.append(f"deleted its partial copy {aside}")
         self._clear()
         return ", ".join(undone) or "nothing to undo"

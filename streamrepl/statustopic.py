@@ -2,7 +2,10 @@
 
 Gateways write one record per replica partition (its state, `unit|...`) and one per gateway (itself: its slots, the
 units it holds, `gateway|...`) to the compacted topic `__streamrepl_status` of the destination cluster; the gateway
-list of `cluster gateway set` lives there too. Readers keep the latest record per key. Kept apart from status.py
+list of `cluster gateway set` (`config|gateways`) and the brokers' probed traits (`traits|brokers`) live there too.
+Readers keep the latest record per key. Writes go through this module (`put`: one record, waited for; `send`: a
+gateway's report through its own producer), and so do reads (`read`), but for the gateway list's follower
+(replication/allowlist.py), which stays at the end of partition 0 to learn of a change at once. Kept apart from status.py
 (`replica list`) so that the stream and topic operations can wait for gateways without an import cycle.
 """
 
@@ -34,6 +37,34 @@ def gateway_key(gateway_id: str) -> str:
 def ensure_topic(cluster: Cluster) -> None:
     if STATUS_TOPIC not in kafka.topics(cluster):
         kafka.create_compacted_topic(cluster, STATUS_TOPIC)
+
+
+def put(cluster: Cluster, key: str, value: bytes | None, what: str) -> None:
+    """Write one record (None: a tombstone) and wait until the broker has it; `what` names the write in the error
+    raised when it could not be written."""
+    ensure_topic(cluster)
+    p = kafka.producer(
+        cluster,
+        **{"linger.ms": 0, "enable.idempotence": False, "message.timeout.ms": int(kafka.REQUEST_TIMEOUT * 1000)},
+    )
+    errors: list[kafka.KafkaError] = []
+    done: list[bool] = []
+
+    def delivered(err: kafka.KafkaError | None, _: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        done.append(True)
+
+    # Partition 0 always: a reader of one key (the gateway list's follower) reads only that partition.
+    p.produce(STATUS_TOPIC, key=key.encode(), value=value, partition=0, on_delivery=delivered)
+    p.flush(kafka.REQUEST_TIMEOUT + 2)
+    if errors or not done:
+        raise kafka.unreachable(cluster, what)
+
+
+def send(producer: kafka.Producer, key: str, body: dict[str, Any]) -> None:
+    """Queue a gateway's report on the gateway's own producer (delivered with its writes; not waited for)."""
+    producer.produce(STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode())
 
 
 def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:

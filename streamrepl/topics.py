@@ -12,15 +12,8 @@ from .errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError
 from .model import Stream, Topic
 from .paths import from_kafka_topic_name, kafka_topic_name, validate_topic
 from .registry import Registry
-from .streams import (
-    TIMESTAMP_TYPES,
-    Resolved,
-    check_partitions,
-    check_perm,
-    kafka_configs,
-    load,
-    release_gateways,
-)
+from .stream_ops import check_partitions, release_gateways
+from .streams import TIMESTAMP_TYPES, Resolved, check_perm, kafka_configs, load
 
 
 # -- topics made by plain Kafka clients ---------------------------------------------------------

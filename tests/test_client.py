@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from support import FAST_GROUP, RECENT_MS
 
-from streamrepl import kafka, policy, registry, streams, topics
+from streamrepl import kafka, policy, registry, stream_ops, streams, topics
 from streamrepl.client import StreamConsumer, StreamProducer
 from streamrepl.cursors.replicator import sync_committed_offsets
 from streamrepl.errors import InvalidArgument, NotFound
@@ -38,7 +38,7 @@ def pair(reg: registry.Registry) -> tuple[str, str]:
     name = f"act{uuid.uuid4().hex[:6]}"
     sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
     for p in (sf, ny):
-        streams.create(reg, p, {"defaultpartitions": 2})
+        stream_ops.create(reg, p, {"defaultpartitions": 2})
         topics.create(reg, p, "clicks")
     return sf, ny
 
@@ -159,7 +159,7 @@ def test_consumer_start_positions(reg: registry.Registry, pair: tuple[str, str])
 
 def test_producer_autocreates_topics_and_refuses_reserved_headers(reg: registry.Registry) -> None:
     path = f"/sanfrancisco/auto{uuid.uuid4().hex[:6]}"
-    streams.create(reg, path, {"defaultpartitions": 3})
+    stream_ops.create(reg, path, {"defaultpartitions": 3})
     with StreamProducer(path, reg) as p:
         d = p.send("fresh", b"hello", key="k", headers={"x": "y"}, partition=2)
         assert (d.topic, d.partition, d.offset) == ("fresh", 2, 0)
@@ -172,7 +172,7 @@ def test_producer_autocreates_topics_and_refuses_reserved_headers(reg: registry.
         assert (got.topic, got.key, got.value, got.headers) == ("fresh", b"k", b"hello", [("x", b"y")])
 
     closed = f"/sanfrancisco/noauto{uuid.uuid4().hex[:6]}"
-    streams.create(reg, closed, {"autocreate": False})
+    stream_ops.create(reg, closed, {"autocreate": False})
     with StreamProducer(closed, reg) as p, pytest.raises(NotFound):
         p.produce("nope", b"x")
 
@@ -183,8 +183,8 @@ def test_synchronous_replica_acknowledges_only_replicated_records_and_falls_back
 
     name = f"sync{uuid.uuid4().hex[:6]}"
     sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
-    streams.create(reg, sf, {"defaultpartitions": 1})
-    streams.create(reg, ny, {"defaultpartitions": 1})
+    stream_ops.create(reg, sf, {"defaultpartitions": 1})
+    stream_ops.create(reg, ny, {"defaultpartitions": 1})
     topics.create(reg, sf, "orders")
     replicas.add(reg, sf, ny, synchronous=True)
     replicas.upstream_add(reg, ny, sf)

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from support import RECENT_MS, Run
 from support.clusters import registered_clusters
 
-from streamrepl import kafka, policy, streams, topics
+from streamrepl import kafka, policy, stream_ops, streams, topics
 from streamrepl.bulk.lock import CopyLock, CopyLocked
 from streamrepl.cli import main
 from streamrepl.local import EphemeralClusters
@@ -51,7 +51,7 @@ class Env:
         return streams.load(self.reg, stream)[1].uuid
 
     def make_stream(self, path: str, topic_names: list[str], partitions: int) -> None:
-        streams.create(self.reg, path, {"defaultpartitions": partitions})
+        stream_ops.create(self.reg, path, {"defaultpartitions": partitions})
         for t in topic_names:
             topics.create(self.reg, path, t)
 
@@ -404,7 +404,7 @@ def test_a_live_holder_on_this_host_keeps_its_lock(env: Env) -> None:
 
 def test_permissions_are_checked(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     env.make_stream("/sanfrancisco/private", ["t"], 1)
-    streams.edit(env.reg, "/sanfrancisco/private", {"copyperm": "u:nobody", "consumeperm": "u:nobody"})
+    stream_ops.edit(env.reg, "/sanfrancisco/private", {"copyperm": "u:nobody", "consumeperm": "u:nobody"})
     code, _, err = cli(capsys, "copystream", "-src", "/sanfrancisco/private", "-dst", "/newyork/private")
     assert code != 0 and "lacks copyperm or consumeperm on stream /sanfrancisco/private" in err
     assert streams.resolve(env.reg, "/newyork/private").store.get("/private") is None

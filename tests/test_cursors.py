@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from support import FAST_GROUP, RECENT_MS, Run, run_proc
 
-from streamrepl import kafka, registry, streams, topics
+from streamrepl import kafka, registry, stream_ops, streams, topics
 from streamrepl.cursors import CursorReplicator, operations
 from streamrepl.cursors.replicator import sync_committed_offsets
 from streamrepl.errors import StreamreplError
@@ -46,7 +46,7 @@ def data(p: Run) -> list[dict[str, Any]]:
 
 def new_stream(reg: registry.Registry, cluster: str, name: str, partitions: int = 2) -> str:
     path = f"/{cluster}/{name}"
-    streams.create(reg, path, {"defaultpartitions": partitions})
+    stream_ops.create(reg, path, {"defaultpartitions": partitions})
     topics.create(reg, path, "clicks")
     return path
 

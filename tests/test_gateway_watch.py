@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from streamrepl import registry, replicas, streams, topics
+from streamrepl import registry, replicas, stream_ops, topics
 from streamrepl.local import EphemeralClusters
 from streamrepl.replication import watcher
 from streamrepl.replication.gateway import Gateway
@@ -22,8 +22,8 @@ def test_a_metadata_change_reaches_the_gateway_before_the_next_full_read(
     reg = registry.load(str(clusters.registry_path))
     name = f"watch{uuid.uuid4().hex[:6]}"
     sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
-    streams.create(reg, sf, {"defaultpartitions": 1})
-    streams.create(reg, ny, {"defaultpartitions": 1})
+    stream_ops.create(reg, sf, {"defaultpartitions": 1})
+    stream_ops.create(reg, ny, {"defaultpartitions": 1})
     topics.create(reg, sf, "early")
     replicas.add(reg, sf, ny, paused=True)
     replicas.upstream_add(reg, ny, sf)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from support import RECENT_MS, Run, run_proc
 
-from streamrepl import registry, streams, topics
+from streamrepl import registry, stream_ops, topics
 from streamrepl.local import EphemeralClusters
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ def reg(ec: EphemeralClusters) -> registry.Registry:
 @pytest.fixture
 def stream(reg: registry.Registry) -> str:
     path = f"/sanfrancisco/pc{uuid.uuid4().hex[:6]}"
-    streams.create(reg, path, {"defaultpartitions": 2})
+    stream_ops.create(reg, path, {"defaultpartitions": 2})
     topics.create(reg, path, "clicks")
     return path
 
@@ -111,7 +111,7 @@ def test_consume_fails_over_to_the_replica_when_the_primary_is_down(
     name = f"fo{uuid.uuid4().hex[:6]}"
     sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
     for path in (sf, ny):
-        streams.create(reg, path, {"defaultpartitions": 1})
+        stream_ops.create(reg, path, {"defaultpartitions": 1})
         topics.create(reg, path, "clicks")
         ok(cli(ec, "produce", "-path", f"{path}:clicks", stdin="a\nb\nc\n"))
     ec.freeze("sanfrancisco")

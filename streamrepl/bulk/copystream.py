@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
-from .. import kafka, policy, streams, topics
+from .. import kafka, policy, stream_ops, streams, topics
 from ..applier import OffsetPreservingWriter, flush, resume_point
 from ..divergence import compare, tail_of
 from ..errors import AlreadyExists, InvalidArgument, StreamreplError
@@ -190,7 +190,7 @@ def _prepare_destination(
     dst_rec = dst_r.store.get(dst_r.path.path)
     if dst_rec is None:
         try:
-            dst_rec = streams.create(reg, dst, {}, copymetafrom=src)
+            dst_rec = stream_ops.create(reg, dst, {}, copymetafrom=src)
             created = True
         except AlreadyExists:
             dst_rec = dst_r.store.get(dst_r.path.path)

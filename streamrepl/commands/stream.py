@@ -48,9 +48,9 @@ def compaction_options(f: click.decorators.FC) -> click.decorators.FC:
 @handles_errors
 def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
     """Create a stream."""
-    from .. import streams
+    from .. import stream_ops
 
-    streams.create(app().registry, require(path, "path"), settings, copymetafrom)
+    stream_ops.create(app().registry, require(path, "path"), settings, copymetafrom)
     output([])
 
 
@@ -61,9 +61,9 @@ def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
 @handles_errors
 def edit_cmd(path: str, **settings: object) -> None:
     """Change the settings or ACEs of a stream (needs adminperm)."""
-    from .. import streams
+    from .. import stream_ops
 
-    streams.edit(app().registry, require(path, "path"), settings)
+    stream_ops.edit(app().registry, require(path, "path"), settings)
     output([])
 
 
@@ -72,9 +72,9 @@ def edit_cmd(path: str, **settings: object) -> None:
 @handles_errors
 def delete_cmd(path: str) -> None:
     """Delete a stream, its topics and their messages (needs adminperm)."""
-    from .. import streams
+    from .. import stream_ops
 
-    streams.delete(app().registry, require(path, "path"))
+    stream_ops.delete(app().registry, require(path, "path"))
     output([])
 
 

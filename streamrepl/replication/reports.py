@@ -3,7 +3,6 @@ state of each replica partition it applies (`replica list`)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -102,6 +101,6 @@ class StatusReports:
         without the producer's state, a fence) is the writes' to restart (WriteSession.check sees it at the next
         delivery); a report that cannot be sent now is sent again at the next report period, not a reason to die."""
         try:
-            self._producer().produce(statustopic.STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode())
+            statustopic.send(self._producer(), key, body)
         except (KafkaException, BufferError) as e:
             log.warning("gateway %s: a status report was not sent (%s)", self.gateway_id, e)
