@@ -70,7 +70,7 @@ class OffsetPreservingWriter:
         self.errors: list[str] = []
         #: the first delivery error after which nothing is known of where the writer's records are
         #: (kafka.UNCERTAIN_DELIVERY; also in `errors`), or "". Not a conflict: a gateway starts the
-        #: partition again from its real end with a new producer (Gateway._restart_writes).
+        #: partition again from its real end with a new producer (replication.writes.WriteSession.restart).
         self.uncertain = ""
         #: a record landed past its offset: another writer wrote into the partition (divergence.misplaced)
         self.shifted = False

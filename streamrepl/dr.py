@@ -84,7 +84,7 @@ def _fork_points(new_rec: Stream, old_path: str) -> dict[str, list[int]] | None:
     return promotion.get("ends") or {}
 
 
-def _count_records(cluster: Cluster, kt: str, p: int, start: int, end: int) -> int:
+def count_records(cluster: Cluster, kt: str, p: int, start: int, end: int) -> int:
     """The records (not fillers, not markers) of a partition from `start` to `end`."""
     if start >= end:
         return 0
@@ -118,7 +118,7 @@ def plan_failback(
             fork = min(known[p] if p < len(known) else new_end, old_end)
             kt = kafka_topic_name(old_r.path, topic)
             plan.append(
-                PartitionPlan(topic, p, old_end, new_end, fork, _count_records(old_r.cluster, kt, p, fork, old_end))
+                PartitionPlan(topic, p, old_end, new_end, fork, count_records(old_r.cluster, kt, p, fork, old_end))
             )
     return plan, forks is not None
 
@@ -175,7 +175,7 @@ def aside_path(old_r: streams.Resolved, now: datetime | None = None) -> str:
     return f"/{old_r.cluster.name}{old_r.path.path}.aside-{stamp}"
 
 
-def _set_aside(
+def set_aside(
     reg: Registry,
     old_r: streams.Resolved,
     old_rec: Stream,

@@ -244,7 +244,7 @@ class _Run:
         if rec is None:
             return  # its delete began: only completing is possible
         if not self.done("aside"):
-            dr._set_aside(self.reg, self.old_r, rec, self.aside, self._planned(), self.ends, self.copy, self.master)
+            dr.set_aside(self.reg, self.old_r, rec, self.aside, self._planned(), self.ends, self.copy, self.master)
             self.say(f"set aside: {self.aside} holds {self.old} whole")
             self.mark("aside")
             return

@@ -397,7 +397,7 @@ def _consistent(
                 for t_, per in journal["replicatedends"].items()
                 for p, end in enumerate(per)
             ]
-            dr._set_aside(reg, r, rec, aside, planned, ends, copy, None, "promote")
+            dr.set_aside(reg, r, rec, aside, planned, ends, copy, None, "promote")
             say(f"set aside: {aside} holds {r.path} whole")
         rec = mark("aside")
     if "rebuild" not in done:

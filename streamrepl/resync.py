@@ -132,7 +132,7 @@ def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | 
                 tail = tail_of(last, drec.uuid) if last is not None else None
                 div = check(src_c, kafka.TopicPartition(skt, p), d_end, tail, srec.uuid, drec.uuid)
                 fork = _fork(src_c, skt, dst_c, dkt, p, div.offset, (srec.uuid, drec.uuid)) if div else d_end
-                count = dr._count_records(dst.cluster, dkt, p, fork, d_end)
+                count = dr.count_records(dst.cluster, dkt, p, fork, d_end)
                 parts.append(Rebuild(dr.PartitionPlan(t, p, d_end, s_end, fork, count), div))
             chosen = topic is not None or any(r.divergence is not None for r in parts)
             for r in parts:
@@ -406,7 +406,7 @@ class _Run:
                 for t, per in self.j.get("ends", {}).items()
                 for p, end in enumerate(per)
             ]
-            dr._set_aside(
+            dr.set_aside(
                 self.reg, self.dst, self.drec, self.j["aside"], planned, self.ends, self.copy, self.master, "resync"
             )
             self.say(f"set aside: {self.j['aside']} holds {self.dst.path} whole")

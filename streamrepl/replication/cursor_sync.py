@@ -1,9 +1,17 @@
 """The gateways' cursor sync (MirrorMaker 2's checkpoint task): contract point 6.
 
-Every CURSOR_SYNC_SECONDS a background thread of the gateway carries the committed offsets
-of the consumer groups reading each source stream to its replica, through one
-`cursors.CursorReplicator` per link. That class decides what moves: never backwards, never
-a group active on the destination cluster, never past what the replica partition holds.
+Every CURSOR_SYNC_SECONDS the committed offsets of the consumer groups reading each source
+stream are carried to its replica, through one `cursors.CursorReplicator` per link. That
+class decides what moves: never backwards, never a group active on the destination cluster,
+never past what the replica partition holds.
+
+Where it runs
+    In a worker process of the gateway (CursorSyncProcess), so that librdkafka aborting its
+    process (seen with frozen brokers) costs a round of cursor sync, not the gateway. A thread
+    of the gateway hands the worker, every period, the destination cluster and the links the
+    gateway owns (one JSON line on its stdin), and reads back what the round did (one line on
+    its stdout); a worker that died is started again at the next round. The worker runs the
+    rounds with CursorSync, one per request line.
 
 Which gateway does a link
     Exactly one live gateway of the destination cluster: the one whose slots contain
@@ -12,8 +20,9 @@ Which gateway does a link
     moment two gateways may both sync a link, which is harmless (a commit only ever moves a
     cursor forward to a value both read from the source).
 
-The thread reads the gateway's `plan` and `slots` and nothing else: it never touches the
-producer or the consumers of the hot loop (each CursorReplicator has its own clients). A
+What it is given is a function that returns the links the gateway owns now (owned_links of
+its plan and slots) and the destination cluster; it never touches the producer or the
+consumers of the hot loop (each CursorReplicator has its own clients, in the worker). A
 round that fails is logged (one line, the link named) and retried the next round.
 """
 
@@ -28,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import IO, Any, Self
 
 from .. import settings
 from ..cursors import CursorReplicator
@@ -42,14 +51,30 @@ from .membership import SLOTS, slot_of_link
 log = logging.getLogger("streamrepl.cursors")
 
 
+def owned_links(plan: links.Plan | None, slots: set[int]) -> list[links.Link]:
+    """The links of `plan` whose slot is in `slots` (copied, not shared: the plan and slots are the gateway loop's)."""
+    if plan is None:
+        return []
+    mine = set(slots)  # one C-level copy: safe while the loop replaces or shrinks it
+    seen: dict[str, links.Link] = {}
+    for link in list(plan.links):
+        if slot_of_link(link, SLOTS) in mine:
+            seen.setdefault(link.name, link)
+    return list(seen.values())
+
+
 class _Rounds(abc.ABC):
     """What both cursor syncs share: `run_once()` every `period` in a daemon thread until stop(). A failing
     round is counted in `errors` and logged, never the end of the thread. Waits a full period from the start
     of each round, and at least a tenth of one: never spins. `committed` counts the destination offsets
-    moved, `errors` the failed rounds (both read by the metrics endpoint)."""
+    moved, `errors` the failed rounds (both read by the metrics endpoint). `dst_cluster` is the cluster of the
+    replicas; `owned()` the links to sync, asked for at each round."""
 
-    def __init__(self, gateway: Any, period: float | None = None):
-        self.gateway = gateway
+    def __init__(
+        self, dst_cluster: Cluster, owned: Callable[[], list[links.Link]], period: float | None = None
+    ) -> None:
+        self.dst_cluster = dst_cluster
+        self.owned = owned
         #: seconds between two rounds (a commit on the source reaches the replica within about this long)
         self.period = settings.CURSOR_SYNC_SECONDS.read() if period is None else period
         self.committed = 0
@@ -95,38 +120,27 @@ class _Rounds(abc.ABC):
 
 
 class CursorSync(_Rounds):
-    """Runs the cursor replication of the links a gateway owns, in a daemon thread (errors count failed
-    link rounds)."""
+    """Runs the cursor replication of the links `owned()` returns, one round per run_once() (in the worker
+    process, or in a daemon thread of its own with start()); errors count failed link rounds."""
 
-    def __init__(self, gateway: Any, period: float | None = None):
-        super().__init__(gateway, period)
+    def __init__(
+        self, dst_cluster: Cluster, owned: Callable[[], list[links.Link]], period: float | None = None
+    ) -> None:
+        super().__init__(dst_cluster, owned, period)
         self.rounds = 0
         self._replicators: dict[str, CursorReplicator] = {}
         #: link name -> the last error of its rounds, while they fail
         self._failing: dict[str, str] = {}
-
-    # -- which links -------------------------------------------------------------------------
-    def owned_links(self) -> list[links.Link]:
-        """The links of the gateway's current plan whose slot the gateway owns (copied, not shared)."""
-        plan = self.gateway.plan
-        if plan is None:
-            return []
-        slots = set(self.gateway.slots)  # one C-level copy: safe while the loop replaces or shrinks it
-        seen: dict[str, links.Link] = {}
-        for link in list(plan.links):
-            if slot_of_link(link, SLOTS) in slots:
-                seen.setdefault(link.name, link)
-        return list(seen.values())
 
     # -- one round ----------------------------------------------------------------------------
     def run_once(self) -> int:
         """Sync every owned link once; returns the number of offsets committed."""
         self.rounds += 1
         try:
-            owned = self.owned_links()
+            owned = self.owned()
         except Exception as e:  # noqa: BLE001 - the thread must outlive anything
             self.errors += 1
-            log.warning("cursor sync: cannot read the gateway's plan: %s", e)
+            log.warning("cursor sync: cannot read the links this gateway owns: %s", e)
             return 0
         names = {link.name for link in owned}
         for name in [n for n in self._replicators if n not in names]:
@@ -161,7 +175,7 @@ class CursorSync(_Rounds):
                 if r is None or (r.src_cluster, r.dst_stream) != (link.src_cluster, link.dst):
                     self._close(link.name)
                     r = self._replicators[link.name] = CursorReplicator(
-                        link.src_cluster, self.gateway.cluster, link.src, link.dst
+                        link.src_cluster, self.dst_cluster, link.src, link.dst
                     )
                 changed = r.run_once(source=source_of(r))
             except Exception as e:  # noqa: BLE001 - logged, retried next round
@@ -199,6 +213,10 @@ class CursorSync(_Rounds):
                 pass
 
     def _finish(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every link's replicator (its clients)."""
         for name in list(self._replicators):
             self._close(name)
 
@@ -233,13 +251,14 @@ class CursorSyncProcess(_Rounds):
     """The gateway's cursor sync: a thread that hands the owned links to a worker process every period,
     and starts the worker again when it has died. `committed` and `errors` as in CursorSync."""
 
-    def __init__(self, gateway: Any, period: float | None = None):
-        super().__init__(gateway, period)
+    def __init__(
+        self, dst_cluster: Cluster, owned: Callable[[], list[links.Link]], period: float | None = None
+    ) -> None:
+        super().__init__(dst_cluster, owned, period)
         self.restarts = 0
-        self._picker = CursorSync(gateway, self.period)  # owned_links() only
-        self._proc: Any = None
+        self._proc: subprocess.Popen[str] | None = None
 
-    def _worker(self) -> Any:
+    def _worker(self) -> subprocess.Popen[str]:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         if self._proc is not None:
@@ -255,15 +274,17 @@ class CursorSyncProcess(_Rounds):
         return self._proc
 
     def run_once(self, timeout: float = 120.0) -> int:
-        owned = self._picker.owned_links()
+        owned = self.owned()
         proc = self._worker()
+        ready: list[IO[str]] = []
         try:
-            cluster = self.gateway.cluster
+            cluster = self.dst_cluster
             req = {
                 "links": [_link_to_json(x) for x in owned],
                 "dst_cluster": cluster.name,
                 "dst_props": dict(cluster.properties),
             }
+            assert proc.stdin is not None and proc.stdout is not None  # made with PIPEs
             proc.stdin.write(json.dumps(req) + "\n")
             proc.stdin.flush()
             ready, _, _ = select.select([proc.stdout], [], [], timeout)
@@ -293,22 +314,19 @@ class CursorSyncProcess(_Rounds):
 
 
 def worker_main(level: str, period: float) -> None:
-    """The worker: one request line in, one reply line out, until stdin closes."""
+    """The worker: one request line in (the destination cluster and the links to sync), one round, one reply line
+    out (the offsets it moved, the links that failed), until stdin closes."""
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
-    class _Gateway:
-        plan: links.Plan | None = None
-        slots: set[int] = set()
-        cluster: Any = None
-
-    gw = _Gateway()
-    gw.slots = set(range(SLOTS))
-    sync = CursorSync(gw, period)
+    requested: list[links.Link] = []
+    sync: CursorSync | None = None
     for line in sys.stdin:
         req = json.loads(line)
-        ls = [_link_from_json(d) for d in req["links"]]
-        gw.plan = links.Plan(ls, {}, {}, [])
-        gw.cluster = Cluster(req["dst_cluster"], _dst_props(req))
+        requested[:] = [_link_from_json(d) for d in req["links"]]  # what the sync's owned() returns from now on
+        dst = Cluster(req["dst_cluster"], _dst_props(req))
+        if sync is None or sync.dst_cluster != dst:
+            if sync is not None:
+                sync.close()  # a destination of other settings: fresh clients
+            sync = CursorSync(dst, lambda: list(requested), period)
         before = (sync.committed, sync.errors)
         sync.run_once()
         print(json.dumps({"committed": sync.committed - before[0], "errors": sync.errors - before[1]}), flush=True)

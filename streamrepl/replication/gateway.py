@@ -8,8 +8,9 @@ once its session expires (6 s); when all are down, the sources keep the data and
 first gateway back carries on from each replica partition's real end.
 
 The Gateway composes the pieces: the plan watcher (a thread that follows the stream
-metadata), the slot group, the partition table, the mover (the hot loop's work), the
-status reports, the cursor sync and the metrics endpoint.
+metadata), the slot group, the unit table (the replica partitions it applies), the source
+feeds, the replica guard, the write session, the mover (the hot loop's work), the status
+reports, the cursor sync and the metrics endpoint.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ from ..errors import PermissionDenied, StreamreplError
 from ..kafka import Consumer, Producer
 from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
-from . import watermarks
 from .allowlist import AllowList
-from .cursor_sync import CursorSyncProcess
+from .cursor_sync import CursorSyncProcess, owned_links
+from .feeds import source_consumer
 from .links import Link, Plan, Unit
 from .membership import SlotGroup, ensure_internal_topics, slot_of
 from .metrics import MetricsServer, serve
 from .mover import Mover
-from .partitions import Partitions, source_consumer
 from .pauses import PauseWatch
 from .plan import Planner
 from .quiet import EndWatch, QuietFeeds, end_watch
@@ -93,37 +93,43 @@ class Gateway:
         self._new_producer = new_producer
         if new_source_consumer is source_consumer:
             # Real source consumers report a lost connection, so that their feeds are checked again (see
-            # Partitions.recheck_lost_sources); the end watches report it with their news (quieting.wake_moved).
+            # UnitTable.recheck_lost_sources); the end watches report it with their news (SourceFeeds.quiet_news).
             new_source_consumer = functools.partial(source_consumer, on_lost=self._source_lost)
             if new_end_watch is None:
                 new_end_watch = end_watch
-        self.partitions = Partitions(
+        #: the feeds that brought no records for a while, their ends watched (quiet.py); None: every feed stays put
+        self.quiet = QuietFeeds(new_end_watch) if new_end_watch is not None else None
+        self.mover = Mover.assemble(
             new_consumer(self.cluster),
             self.stats,
             new_source_consumer,
+            self._producer,
+            self.tuning.throttle_rate,
             on_fail=self._report_failure,
-            quiet=QuietFeeds(new_end_watch) if new_end_watch is not None else None,
+            quiet=self.quiet,
+            gateway_id=self.id,
+            cluster_name=cluster,
         )
-        self.mover = Mover(
-            self.partitions, self._producer, self.tuning.throttle_rate, gateway_id=self.id, cluster_name=cluster
-        )
+        #: the replica partitions this gateway applies (units.py), their source feeds (feeds.py) and the writes
+        self.table, self.feeds, self.session = self.mover.table, self.mover.feeds, self.mover.session
         self.group = SlotGroup(
             self.cluster, self.id, self.tuning.session_ms, self.stats, self._plan_again, self._give_up, new_consumer
         )
         self.watcher = PlanWatcher(Planner(reg, self.cluster), new_consumer)
-        if self.partitions.quiet is not None:
-            self.watcher.on_publish = self.partitions.quiet.nudge
+        if self.quiet is not None:
+            self.watcher.on_publish = self.quiet.nudge
         self.reports = StatusReports(
             self.id,
-            self.partitions,
+            self.table,
             self.stats,
             lambda: self.group.slots,
             lambda: self.plan,
-            lambda: self.mover.producer,
+            lambda: self.session.producer,
             parent_id=parent_id,
             seats=lambda: self.group.seats,
             restarts=restarts,
             last_exit=last_exit,
+            caught_up=self.feeds.caught_up,
         )
         #: the gateway list (`cluster gateway set`): one taken off it drains and leaves
         self.allow_list = AllowList(self.cluster, self.id, socket.gethostname(), new_consumer, parent_id=parent_id)
@@ -149,10 +155,10 @@ class Gateway:
         self._replan = True
         #: (plan, slots, the plan's units in those slots): see apply_plan
         self._wanted: tuple[Plan | None, frozenset[int], dict[Unit, list[tuple[Link, str]]]] = (None, frozenset(), {})
-        self.stats.partitions = lambda: len(self.partitions.units)
+        self.stats.partitions = lambda: len(self.table.units)
         self.stats.slots = lambda: len(self.group.slots)
-        self.stats.partitions_in_error = lambda: len(self.partitions.errored)
-        self.stats.pending = functools.partial(watermarks.pending, self.partitions)
+        self.stats.partitions_in_error = lambda: len(self.table.errored)
+        self.stats.pending = self.table.pending
         self.stats.links = lambda: list(self.plan.links) if self.plan is not None else []
         self.stats.cursor_commits = lambda: self.cursor_sync.committed if self.cursor_sync else 0
         self.stats.cursor_errors = lambda: self.cursor_sync.errors if self.cursor_sync else 0
@@ -176,7 +182,7 @@ class Gateway:
                 # partitions over wrote there (doubled records, and the source's records at those offsets lost).
                 # Expired, they are never sent (librdkafka drops them before sending on resume, and the epoch
                 # bump that follows fences the producer), and the gateway starts its partitions again from their
-                # real ends with a new producer (Mover.restart_writes).
+                # real ends with a new producer (WriteSession.restart).
                 "message.timeout.ms": self.tuning.message_timeout_ms,
                 "client.id": f"streamrepl-gateway-{self.id}",
                 "error_cb": self._producer_error,
@@ -186,7 +192,7 @@ class Gateway:
     def _producer_error(self, err: kafka.KafkaError) -> None:
         # Runs inside librdkafka (the producer's poll): records the fact, nothing that could raise.
         if err.code() in kafka.TRANSPORT:
-            self.mover.destination_lost(err.str())
+            self.session.destination_lost(err.str())
 
     # -- the pieces' callbacks ----------------------------------------------------------------
     def _plan_again(self) -> None:
@@ -194,12 +200,12 @@ class Gateway:
 
     def _give_up(self, lost: set[int]) -> None:
         # Everything queued for the partitions we give up must land before another gateway starts on them.
-        self.mover.flush(30)
-        for unit in [u for u in self.partitions.units if slot_of(u) in lost]:
-            self.partitions.drop(unit)
+        self.session.flush(30)
+        for unit in [u for u in self.table.units if slot_of(u) in lost]:
+            self.table.drop(unit)
 
     def _source_lost(self, cluster: str) -> None:
-        self.partitions.source_lost(cluster)
+        self.feeds.source_lost(cluster)
 
     def _report_failure(self, unit: Unit, error: str) -> None:
         self.reports.unit(unit, "error", error)
@@ -212,7 +218,7 @@ class Gateway:
         if self._wanted[0] is not plan or self._wanted[1] != slots:
             self._wanted = (plan, slots, {u: f for u, f in plan.units.items() if slot_of(u) in slots})
         wanted = self._wanted[2]
-        self.partitions.follow(plan, present, wanted, self.mover.ready_to_acquire(), self.mover.producer)
+        self.table.follow(plan, present, wanted, self.session.ready_to_acquire(), self.session.producer)
 
     def serve_metrics(self, addr: str, port: int) -> int:
         """Serve Prometheus metrics (see metrics.py), with the count of the cluster's partitions that no live gateway
@@ -228,8 +234,8 @@ class Gateway:
         self.stopping = True
         self.watcher.stop()
         self.allow_list.stop()
-        if self.partitions.quiet is not None:
-            self.partitions.quiet.nudge()
+        if self.quiet is not None:
+            self.quiet.nudge()
 
     def _links(self) -> list[Link]:
         return self.plan.links if self.plan is not None else []
@@ -264,7 +270,9 @@ class Gateway:
         self.reports.all()
         self.group.join()
         # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
-        self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
+        self.cursor_sync = CursorSyncProcess(
+            self.cluster, lambda: owned_links(self.plan, self.group.slots), self.tuning.cursor_sync_seconds
+        ).start()
         self._replan = True
         self.watcher.start()
         self.pause_watch.start()
@@ -283,13 +291,13 @@ class Gateway:
                     break
                 self.registry_watch.check([self.cluster.name, *(link.src_cluster.name for link in self._links())])
                 frozen = self.pause_watch.take()
-                if frozen and self.partitions.units:
-                    self.mover.restart_writes(
+                if frozen and self.table.units:
+                    self.session.restart(
                         f"this gateway stood still for {frozen:.1f} s (frozen, or starved of CPU), long enough for its"
                         " slots to have moved to another gateway"
                     )
                 self.group.poll()  # drives heartbeats and rebalances
-                if self.mover.restart_pending and now >= next_gate_check:
+                if self.session.restart_pending and now >= next_gate_check:
                     next_gate_check = now + 0.5
                     self._replan = True  # take the partitions up again once the destination is back
                 published = self.watcher.published
@@ -299,7 +307,7 @@ class Gateway:
                 busy = self.mover.move_once()
                 # Report at once when what this gateway holds changed: `cluster gateway list` showed 0 slots for up
                 # to a report period after a gateway had taken its partitions up.
-                holding = (len(self.group.slots), len(self.partitions.units))
+                holding = (len(self.group.slots), len(self.table.units))
                 if now >= next_report or holding != reported_holding:
                     next_report, reported_holding = now + REPORT_SECONDS, holding
                     self.reports.all()
@@ -307,8 +315,8 @@ class Gateway:
                     last_busy = now
                 elif now - last_busy < QUIET_AFTER:
                     time.sleep(IDLE_SLEEP)
-                elif self.partitions.quiet is not None and self.partitions.all_quiet():
-                    self.partitions.quiet.wait_for_news(IDLE_SLEEP_ALL_QUIET)
+                elif self.quiet is not None and self.table.all_quiet():
+                    self.quiet.wait_for_news(IDLE_SLEEP_ALL_QUIET)
                 else:
                     time.sleep(IDLE_SLEEP_QUIET)
         finally:
@@ -322,7 +330,7 @@ class Gateway:
             self.cursor_sync.stop(timeout=5)
         log.info("gateway %s stopping", self.id)
         self.reports.stopped()
-        left = self.mover.flush(30)
+        left = self.session.flush(30)
         if left:
             log.error("%d records were not acknowledged before shutdown", left)
         leave = self.leave_group if self.leave_group is not None else kafka.leaves_group_safely(self.cluster)
@@ -334,9 +342,9 @@ class Gateway:
             # Everything is drained, so leaving like a crashed gateway is safe: the slots move when the
             # session expires. run_foreground() then exits without destroying the consumer (which would
             # leave); a consumer left open in a process that goes on would keep its slots.
-            self.partitions.drop_all()
+            self.table.drop_all()
             self.left_open = self.group.abandon()
-        self.partitions.close()
+        self.table.close()
         if self.stalls is not None:
             self.stalls.stop()
             self.stalls = None

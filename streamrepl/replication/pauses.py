@@ -6,7 +6,7 @@ broker fenced it; membership.py). What it queued before the freeze, and what its
 not be written before the group has told it so. A thread ticks every TICK seconds; a tick that comes much later than
 due is a freeze, which the gateway's loop takes (`take()`) before it moves records: it throws its writes away and
 takes its partitions up again from their real ends after a grace in which the group's answer arrives
-(Mover.restart_writes). Measured with a thread rather than the loop's own passes, which can be long on purpose (a
+(WriteSession.restart). Measured with a thread rather than the loop's own passes, which can be long on purpose (a
 plan of thousands of partitions applied, a drain before slots are given up).
 """
 

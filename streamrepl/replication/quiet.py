@@ -179,7 +179,7 @@ class EndWatch:
 
 def end_watch(cluster: Cluster) -> EndWatch:
     """The watch of a source cluster's quiet partitions, with a client that reports a lost connection like the feeds'
-    consumers (partitions.source_consumer): a quiet feed must not wake on records that a restarted broker took at
+    consumers (feeds.source_consumer): a quiet feed must not wake on records that a restarted broker took at
     offsets the replica already holds."""
     return EndWatch(
         lambda on_lost: kafka.consumer(cluster, **reports_lost_connection(cluster, on_lost)),
@@ -230,7 +230,7 @@ class QuietFeeds:
         """Start a feed quiet, never fetched yet (`offset`: the replica's end). Its source was not seen: the first
         answer wakes it unless its end is exactly `offset`. A source ahead has records to apply; a source behind
         must have its last records read again by the link's consumer, so that the writer checks whose the
-        replica's last records are (watermarks.recheck_lagging_feeds)."""
+        replica's last records are (SourceFeeds.recheck_lagging)."""
         self._hold(name, cluster, tp, offset)
         self._unseen.add((name, tp.topic, tp.partition))
 

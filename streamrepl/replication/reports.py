@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 from .. import statustopic
 from ..kafka import KafkaException, Producer
-from . import watermarks
 from .links import Plan, Unit
-from .partitions import Partitions
+from .state import UnitState
 from .stats import GatewayStats
+from .units import UnitTable
 
 REPORT_SECONDS = 5.0
 
@@ -27,7 +27,7 @@ class StatusReports:
     def __init__(
         self,
         gateway_id: str,
-        partitions: Partitions,
+        table: UnitTable,
         stats: GatewayStats,
         slots: Callable[[], set[int]],
         plan: Callable[[], Plan | None],
@@ -36,21 +36,23 @@ class StatusReports:
         seats: Callable[[], list[str]] = list,
         restarts: int = 0,
         last_exit: str = "",
+        caught_up: Callable[[UnitState], bool] = lambda _: False,
     ):
         self.gateway_id = gateway_id
         self.parent_id = parent_id
         self.restarts = restarts
         self.last_exit = last_exit
-        self.partitions = partitions
+        self.table = table
         self.stats = stats
         self._slots = slots
         self._plan = plan
         self._producer = producer
         self._seats = seats
+        self._caught_up = caught_up
 
     def unit(self, unit: Unit, state: str, error: str = "", caughtup: bool = False) -> None:
-        """`caughtup`: the writer had applied all its feeds' last fetches showed (watermarks.caught_up)."""
-        units = self.partitions.units
+        """`caughtup`: the writer had applied all its feeds' last fetches showed (SourceFeeds.caught_up)."""
+        units = self.table.units
         feeds = units[unit].feeds if unit in units else {}
         plan = self._plan()
         names = [link.src for link, _ in feeds.values()] or [
@@ -70,8 +72,8 @@ class StatusReports:
 
     def all(self) -> None:
         """The partitions whose state changed since they were last reported, and the gateway itself."""
-        for unit, st in self.partitions.units.items():
-            mark = ("ok", st.writer.next, watermarks.caught_up(self.partitions, st))
+        for unit, st in self.table.units.items():
+            mark = ("ok", st.writer.next, self._caught_up(st))
             if st.reported != mark:
                 self.unit(unit, "ok", caughtup=mark[2])
                 st.reported = mark
@@ -81,9 +83,9 @@ class StatusReports:
             "pid": os.getpid(),
             "slots": sorted(self._slots()),
             "seats": self._seats(),
-            "units": sorted(u.key for u in self.partitions.units),
+            "units": sorted(u.key for u in self.table.units),
             "applied": self.stats.records_applied,
-            "errors": len(self.partitions.errored),
+            "errors": len(self.table.errored),
             # started again by its supervisor after it died, and how it died last (`cluster gateway list`)
             "restarts": self.restarts,
             "lastexit": self.last_exit,
@@ -101,7 +103,7 @@ class StatusReports:
 
     def _send(self, key: str, body: dict[str, object]) -> None:
         """Reports go through the gateway's producer. One in a fatal state (a destination broker that came back
-        without the producer's state, a fence) is the writes' to restart (Mover.check_writes sees it at the next
+        without the producer's state, a fence) is the writes' to restart (WriteSession.check sees it at the next
         delivery); a report that cannot be sent now is sent again at the next report period, not a reason to die."""
         try:
             statustopic.send(self._producer(), key, body)

@@ -53,7 +53,7 @@ class StallWatch:
             self.value = None
             return None
         plan, present = published
-        # The partitions a gateway would take up: those of replica topics that exist (following.follow).
+        # The partitions a gateway would take up: those of replica topics that exist (UnitTable.follow).
         wanted = {u.key for u in plan.units if kafka_topic_name(u.dst, u.topic) in present}
         reports = self._read(self.cluster)
         gateways = {k: r for k, r in reports.items() if k.startswith("gateway|")}

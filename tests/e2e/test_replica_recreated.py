@@ -82,7 +82,7 @@ def test_a_replica_topic_created_again_under_a_running_gateway(ec: EphemeralClus
         else:
             cli("stream", "topic", "delete", "-path", dst, "-topic", "a", registry=reg)
         # The gateway writes topic a again from its source's start, then reads the replica's end before each write
-        # that follows a quiet spell (replication/endcheck.py): a few spells, a second apart.
+        # that follows a quiet spell (replication/guard.py, end_unchanged): a few spells, a second apart.
         for _ in range(3):
             for s in (src, other_src):
                 for t in topics:

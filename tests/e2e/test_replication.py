@@ -98,7 +98,7 @@ def test_manual_procedure_preserves_every_record(ec, tmp_path):
 
 
 def test_a_gateway_taking_up_many_partitions_at_once_applies_their_backlogs_and_their_new_records(ec, tmp_path):
-    """A gateway that takes up 16 or more partitions at once starts their feeds quiet (replication/following.py):
+    """A gateway that takes up 16 or more partitions at once starts their feeds quiet (replication/units.py, START_QUIET_AT):
     those whose source holds records wake at the end watch's first answer, the others when records come."""
     name = f"many{uuid.uuid4().hex[:6]}"
     src, dst = f"/sanfrancisco/{name}", f"/newyork/{name}"

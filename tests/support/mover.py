@@ -13,7 +13,6 @@ from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
-from streamrepl.replication.partitions import Partitions
 from streamrepl.replication.quiet import EndWatch, QuietFeeds
 from streamrepl.replication.stats import GatewayStats
 from support.fakes import Message
@@ -166,18 +165,20 @@ class Rig:
         self.producer = FakeProducer()
         self.stats = GatewayStats("test")
         self.failed: list[tuple[Unit, str]] = []
-        self.partitions = Partitions(
-            FakeConsumer(),
+        self.mover = Mover.assemble(
+            FakeConsumer(),  # type: ignore[arg-type]
             self.stats,
             lambda cluster, **_: self.sources[cluster.name],
+            lambda: self.producer,  # type: ignore[arg-type,return-value]
+            throttle_rate,
             lambda u, e: self.failed.append((u, e)),
             QuietFeeds(lambda cluster: EndWatch(self._ends_client, 0.1, start=False)),
         )
-        self.mover = Mover(self.partitions, lambda: self.producer, throttle_rate)
+        self.table, self.session = self.mover.table, self.mover.session
         self.unit = Unit(DST, "t", 0)
         plan = Plan(list(links), {self.unit: [(lk, kafka_topic_name(lk.src, "t")) for lk in links]}, {}, [])
         present = {kafka_topic_name(DST, "t")}
-        self.partitions.follow(plan, present, plan.units, True, self.producer)
+        self.table.follow(plan, present, plan.units, True, self.producer)  # type: ignore[arg-type]
 
     def _ends_client(self, on_lost: Callable[[str], None]) -> Any:
         self.ends.on_lost = on_lost
@@ -192,8 +193,8 @@ class Rig:
 
     @property
     def quiet(self) -> QuietFeeds:
-        assert self.partitions.quiet is not None
-        return self.partitions.quiet
+        assert self.mover.feeds.quiet is not None
+        return self.mover.feeds.quiet
 
     def feed(self, src: StreamPath, offsets: list[int], headers: Any = None) -> None:
         kt = kafka_topic_name(src, "t")

@@ -168,12 +168,7 @@ def test_a_gateways_round_asks_each_source_cluster_for_its_groups_once_for_all_i
         [],
     )
 
-    class Gw:
-        slots = set(range(cursor_sync.SLOTS))
-        cluster = DST_CLUSTER
-
-    Gw.plan = plan  # type: ignore[attr-defined]
-    sync = cursor_sync.CursorSync(Gw())
+    sync = cursor_sync.CursorSync(DST_CLUSTER, lambda: plan.links)
     assert sync.run_once() == 3  # each replica's cursor moved
     assert src.listings == 1
     assert sorted(off for _, tps in dst.altered for off in [tps[0].offset]) == [7, 7, 7]

@@ -1,108 +1,18 @@
 """Divergence (streamrepl/divergence.py) with fake clients: the comparison, the gateway's checks on acquire and
-while running (replication/partitions.py, mover.py), and copystream's check of a rerun; no broker."""
+while running (replication/units.py, guard.py, mover.py), and copystream's check of a rerun; no broker."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from support.fakes import Message, RecordingProducer
+from confluent_kafka import TopicPartition
+from support.divergence import DKT, DST, ORIGIN_SRC, SKT, SRC, LogConsumer, Producer, history, link, msg, replicated
+from support.fakes import Message
 
 from streamrepl import policy
 from streamrepl.bulk.copystream import _foreign_end
 from streamrepl.divergence import check, compare, filler_tail, resync_hint, tail_of
-from streamrepl.paths import StreamPath, kafka_topic_name
-from streamrepl.registry import Cluster
-from streamrepl.replication.links import Link, Plan, Unit
+from streamrepl.replication.links import Plan, Unit
 from streamrepl.replication.mover import Mover
-from streamrepl.replication.partitions import Partitions
 from streamrepl.replication.stats import GatewayStats
-
-SRC, DST = StreamPath("sf", "/s"), StreamPath("ny", "/r")
-SKT, DKT = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
-ORIGIN_SRC = [(policy.ORIGIN, b"SRC")]
-
-
-def msg(
-    offset: int,
-    value: bytes | None,
-    ts: int = 1_700_000_000_000,
-    headers: Any = None,
-    topic: str = SKT,
-    error: KafkaError | None = None,
-) -> Message:
-    """A record of `topic` (partition 0) whose key is its value."""
-    return Message(offset, value, key=value, topic=topic, headers=headers, timestamp=ts, error=error)
-
-
-def history(n: int, tag: str = "v", ts: int = 1_700_000_000_000, **kw: Any) -> list[Message]:
-    return [msg(o, f"{tag}{o}".encode(), ts + o, **kw) for o in range(n)]
-
-
-class LogConsumer:
-    """A consumer over fixed partitions: reads (assign/consume/poll, watermarks) and feeds (incremental_assign)."""
-
-    def __init__(self, logs: dict[str, list[Message]]):
-        self.logs = logs
-        self.pos: dict[str, int] = {}
-        self.queued: list[Message] = []
-        self.assigned: list[tuple[str, int, int]] = []
-
-    down = False
-
-    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
-        if self.down:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-        log = self.logs.get(tp.topic, [])
-        return (0, log[-1].offset() + 1 if log else 0)
-
-    def assign(self, tps: list[Any]) -> None:
-        self.pos = {tp.topic: tp.offset for tp in tps}
-
-    def unassign(self) -> None:
-        self.pos = {}
-
-    def consume(self, n: int = 1, timeout: float = 0) -> list[Message]:
-        if self.queued:
-            out, self.queued = self.queued[:n], self.queued[n:]
-            return out
-        out: list[Message] = []
-        for topic, at in self.pos.items():
-            recs = [m for m in self.logs.get(topic, []) if m.offset() >= at][:n]
-            end = recs[-1].offset() + 1 if recs else at
-            self.pos[topic] = end
-            out += recs + [msg(end, None, topic=topic, error=KafkaError(KafkaError._PARTITION_EOF))]
-        return out
-
-    def poll(self, timeout: float = 0) -> Message | None:
-        got = self.consume(1)
-        return got[0] if got else None
-
-    def incremental_assign(self, tps: list[Any]) -> None:
-        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
-
-    def incremental_unassign(self, tps: list[Any]) -> None:
-        pass
-
-    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
-        """The topics of `logs`, with one partition each (a topic read again after its feed stopped is asked for)."""
-        if self.down:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-        found = {t: SimpleNamespace(error=None, partitions={0: None}) for t in self.logs if topic in (None, t)}
-        return SimpleNamespace(topics=found)
-
-    def seek(self, tp: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class Producer(RecordingProducer):
-    @property
-    def written(self) -> list[dict[str, Any]]:
-        return self.sent
 
 
 # -- the comparison -----------------------------------------------------------------------------
@@ -177,10 +87,6 @@ def _tp(topic: str) -> TopicPartition:
 
 
 # -- the gateway --------------------------------------------------------------------------------
-def link() -> Link:
-    return Link(SRC, Cluster("sf", {"bootstrap.servers": "127.0.0.1:1"}), "SRC", DST, "DST", False, "lz4", 0)
-
-
 class Rig:
     """The replica ny:/r:t[0] holding `replica`, fed from sf:/s:t[0] holding `source`."""
 
@@ -193,26 +99,24 @@ class Rig:
         self.producer = Producer()
         self.stats = GatewayStats("test")
         self.failed: list[str] = []
-        self.partitions = Partitions(
+        self.mover = Mover.assemble(
             self.reader,  # type: ignore[arg-type]
             self.stats,
             lambda cluster: self.feed,  # type: ignore[arg-type,return-value]
+            lambda: self.producer,  # type: ignore[arg-type,return-value]
+            1000,
             lambda u, e: self.failed.append(e),
             new_probe=lambda cluster: self.probe,  # type: ignore[arg-type,return-value]
         )
-        self.mover = Mover(self.partitions, lambda: self.producer, 1000)  # type: ignore[arg-type,return-value]
+        self.table = self.mover.table
         self.unit = Unit(DST, "t", 0)
         plan = Plan([link()], {self.unit: [(link(), SKT)]}, {}, [])
-        self.partitions.follow(plan, {DKT}, plan.units, True, self.producer)  # type: ignore[arg-type]
-
-
-def replicated(n: int) -> list[Message]:
-    return history(n, topic=DKT, headers=ORIGIN_SRC)
+        self.table.follow(plan, {DKT}, plan.units, True, self.producer)  # type: ignore[arg-type]
 
 
 def test_a_partition_whose_source_was_recreated_fails_on_acquire_and_nothing_is_read_or_written() -> None:
     rig = Rig(replicated(10), history(12, ts=1_800_000_000_000))
-    assert rig.unit in rig.partitions.errored and rig.unit not in rig.partitions.units
+    assert rig.unit in rig.table.errored and rig.unit not in rig.table.units
     assert rig.feed.assigned == [], "the source is not fed from"
     assert rig.stats.divergences == 1 and rig.stats.failures == 1
     (error,) = rig.failed
@@ -228,27 +132,27 @@ def test_a_partition_whose_source_lost_its_end_fails_on_acquire() -> None:
 
 def test_a_partition_whose_source_holds_its_history_is_acquired_at_its_end() -> None:
     rig = Rig(replicated(10), history(12))
-    assert rig.unit in rig.partitions.units and not rig.failed
+    assert rig.unit in rig.table.units and not rig.failed
     assert rig.feed.assigned == [(SKT, 0, 10)]
 
 
 def test_a_source_that_does_not_answer_on_acquire_is_not_fed_from_until_it_was_compared() -> None:
     rig = Rig(replicated(10), history(12), source_down=True)
-    state = rig.partitions.units[rig.unit]
+    state = rig.table.units[rig.unit]
     assert rig.feed.assigned == [] and not rig.failed and list(state.unverified) == [link().name]
     rig.probe.down = False
-    rig.partitions._retry_at.clear()  # the retry's wait, passed
+    rig.table._retry_at.clear()  # the retry's wait, passed
     rig.mover.move_once()
     assert rig.feed.assigned == [(SKT, 0, 10)] and not state.unverified
-    assert rig.partitions.links == {link().name: link()}
+    assert rig.mover.feeds.link(link().name) == link()
 
 
 def test_a_source_that_does_not_answer_on_acquire_and_diverged_meanwhile_fails_when_it_answers() -> None:
     rig = Rig(replicated(10), history(4), source_down=True)
     rig.probe.down = False
-    rig.partitions._retry_at.clear()
+    rig.table._retry_at.clear()
     rig.mover.move_once()
-    assert rig.feed.assigned == [] and rig.unit in rig.partitions.errored and rig.stats.divergences == 1
+    assert rig.feed.assigned == [] and rig.unit in rig.table.errored and rig.stats.divergences == 1
 
 
 def test_a_running_partition_fed_a_new_history_below_its_end_stops_before_writing_it() -> None:
@@ -280,7 +184,7 @@ def test_records_written_while_running_are_what_later_rereads_compare_with() -> 
 def test_a_running_partition_whose_source_now_ends_below_it_stops() -> None:
     rig = Rig(replicated(10), history(10))
     rig.probe.logs[SKT] = history(3)  # the source came back without records it had acknowledged
-    rig.partitions.units[rig.unit].checked_at = 0.0
+    rig.table.units[rig.unit].checked_at = 0.0
     rig.feed.queued = history(3)
     rig.mover.move_once()
     (error,) = rig.failed
@@ -295,7 +199,7 @@ def test_a_source_broker_that_came_back_with_another_history_is_compared_before_
     rig = Rig(replicated(10), history(10))
     new_history = history(14, tag="w")
     rig.probe.logs[SKT] = new_history
-    rig.partitions.source_lost("sf")  # what the source consumer's error_cb reports
+    rig.mover.feeds.source_lost("sf")  # what the source consumer's error_cb reports
     rig.feed.queued = new_history[10:]
     rig.mover.move_once()
     assert rig.producer.written == [], "nothing of the new history written"
@@ -306,7 +210,7 @@ def test_a_source_broker_that_came_back_with_another_history_is_compared_before_
 def test_a_source_broker_that_came_back_with_its_history_is_fed_again_from_the_replicas_end() -> None:
     rig = Rig(replicated(10), history(10))
     rig.probe.logs[SKT] = history(12)
-    rig.partitions.source_lost("sf")
+    rig.mover.feeds.source_lost("sf")
     rig.mover.move_once()
     assert not rig.failed and rig.feed.assigned == [(SKT, 0, 10), (SKT, 0, 10)], "fed again from the replica's end"
     rig.feed.queued = history(12)[10:]

@@ -56,12 +56,19 @@ def test_each_link_is_synced_by_one_gateway_and_a_failing_round_is_retried(
     plan = links.Plan(ls, {}, {}, [])
 
     class Gw:
+        """What a gateway gives its cursor sync: the links of its plan in its slots."""
+
         def __init__(self, slots: set[int]) -> None:
-            self.plan, self.slots, self.cluster = plan, slots, None
+            self.plan: links.Plan | None = plan
+            self.slots = slots
+
+        def sync(self, period: float | None = None) -> checkpoints.CursorSync:
+            return checkpoints.CursorSync(None, lambda: checkpoints.owned_links(self.plan, self.slots), period)  # type: ignore[arg-type]
 
     half = set(range(0, SLOTS, 2))
-    one, other = checkpoints.CursorSync(Gw(half)), checkpoints.CursorSync(Gw(set(range(SLOTS)) - half))
-    mine, theirs = {x.name for x in one.owned_links()}, {x.name for x in other.owned_links()}
+    gw_one, gw_other = Gw(half), Gw(set(range(SLOTS)) - half)
+    one, other = gw_one.sync(), gw_other.sync()
+    mine, theirs = {x.name for x in one.owned()}, {x.name for x in other.owned()}
     assert not mine & theirs and mine | theirs == {x.name for x in ls}
 
     # A failing link is logged on one line with its name and retried next round; the others go on.
@@ -76,17 +83,17 @@ def test_each_link_is_synced_by_one_gateway_and_a_failing_round_is_retried(
     assert FakeReplicator.calls.count(bad) == 2
 
     # A link no longer owned (the slots moved) has its replicator closed.
-    one.gateway.slots = set()
+    gw_one.slots = set()
     assert one.run_once() == 0
     assert sorted(set(FakeReplicator.closed)) == sorted(mine)
 
     # The thread: runs rounds, survives a plan that cannot be read, and stops promptly.
-    one.gateway.slots = half
-    t = checkpoints.CursorSync(Gw(half), period=0.05)
-    t.gateway.plan = None
+    gw_t = Gw(half)
+    t = gw_t.sync(period=0.05)
+    gw_t.plan = None
     t.start()
     time.sleep(0.2)
-    t.gateway.plan = plan
+    gw_t.plan = plan
     wait_until(lambda: t.committed > 0, 5, "a round", interval=0.05)
     t.stop()
     assert t._thread is None
@@ -97,12 +104,7 @@ def test_the_gateways_cursor_sync_worker_is_started_again_when_it_dies() -> None
     brokers) costs a round of cursor sync, not the gateway; a dead worker is replaced at the next round."""
     from streamrepl.registry import Cluster
 
-    class Gw:
-        plan = links.Plan([], {}, {}, [])
-        slots: set[int] = set()
-        cluster = Cluster("b", {"bootstrap.servers": "127.0.0.1:1"})
-
-    sync = checkpoints.CursorSyncProcess(Gw(), period=0.1)
+    sync = checkpoints.CursorSyncProcess(Cluster("b", {"bootstrap.servers": "127.0.0.1:1"}), list, period=0.1)
     try:
         assert sync.run_once(timeout=30) == 0 and sync.errors == 0
         first = sync._proc
@@ -113,4 +115,4 @@ def test_the_gateways_cursor_sync_worker_is_started_again_when_it_dies() -> None
         assert sync.errors == 0
     finally:
         sync.stop()
-    assert sync._proc.wait(10) is not None
+    assert sync._proc is not None and sync._proc.wait(10) is not None

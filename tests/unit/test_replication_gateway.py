@@ -56,6 +56,6 @@ def test_a_gateway_applies_the_partitions_of_its_slots_with_the_tuning_it_was_gi
     gw.group.slots = set(mine)
     gw.apply_plan(plan, {kafka_topic_name(DST, "t")})
     owned = {u for u in units if slot_of(u) in mine}
-    assert set(gw.partitions.units) == owned
+    assert set(gw.table.units) == owned
     assert gw.stats.partitions() == len(owned) and gw.stats.slots() == len(mine)
     assert [x.name for x in gw.stats.links()] == [lk.name]

@@ -1,4 +1,4 @@
-"""The hot loop's work (replication/mover.py, partitions.py) with fake clients: no broker."""
+"""The hot loop's work (replication/mover.py, units.py, feeds.py, guard.py, writes.py) with fake clients: no broker."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from streamrepl.registry import Cluster
 from streamrepl.replication import quiet
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
-from streamrepl.replication.partitions import Partitions
 from streamrepl.replication.stats import GatewayStats
 
 
@@ -27,7 +26,7 @@ def test_records_land_at_their_source_offsets_and_gaps_are_filled() -> None:
     replica = rig.replica()
     assert [r["key"] for r in replica] == [b"k0", b"k1", None, None, b"k4", b"k5"]
     assert all(dict(r["headers"])[policy.ORIGIN] == b"SRC" for r in replica)
-    state = rig.partitions.units[rig.unit]
+    state = rig.table.units[rig.unit]
     assert state.writer.next == 6 and state.writer.acked == 6, "the last record was acknowledged where it belongs"
     assert rig.stats.records_applied == 6 and rig.stats.records_by_link == {link().name: 6}
     assert rig.stats.latency.by_link[link().name][0], "the batch's latency was observed"
@@ -43,7 +42,7 @@ def test_a_throttled_link_writes_one_slice_then_pauses_the_partition() -> None:
     kt = kafka_topic_name(SRC, "t")
     assert len(rig.replica()) == 2
     assert (kt, 0) in rig.source.paused and rig.source.seeks == [(kt, 0, 2)], "the rest is fetched again"
-    state = rig.partitions.units[rig.unit]
+    state = rig.table.units[rig.unit]
     assert state.throttled_until > time.monotonic()
     time.sleep(0.25)
     rig.mover.unthrottle()
@@ -59,7 +58,7 @@ def test_records_of_another_origin_stop_the_partition() -> None:
     rig.feed(other, [3])
     rig.mover.move_once()
     assert len(rig.replica()) == 3, "nothing of the other origin was written"
-    assert rig.unit in rig.partitions.errored and rig.unit not in rig.partitions.units
+    assert rig.unit in rig.table.errored and rig.unit not in rig.table.units
     assert rig.stats.failures == 1
     ((unit, error),) = rig.failed
     assert unit == rig.unit and "offset 3 comes from stream TOKYO" in error, error
@@ -72,18 +71,18 @@ def test_a_failed_delivery_restarts_the_writes_or_fails_the_partition(uncertain:
     rig = Rig(link())
     rig.feed(SRC, [0, 1])
     rig.mover.move_once()
-    state = rig.partitions.units[rig.unit]
+    state = rig.table.units[rig.unit]
     code = KafkaError._MSG_TIMED_OUT if uncertain else KafkaError.MSG_SIZE_TOO_LARGE
     state.writer._delivered(1)(KafkaError(code), msg("x", 0, 1, None))  # what the producer reports of a batch
     first = rig.producer
     rig.producer = FakeProducer()  # the producer a restart makes
-    rig.mover.check_writes()
+    rig.session.check()
     if uncertain:
-        assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer is not first
-        assert not rig.partitions.units and not rig.partitions.errored, "let go, to start again from the real end"
-        assert rig.mover.restart_pending
+        assert rig.stats.write_restarts == 1 and rig.session.producer is rig.producer is not first
+        assert not rig.table.units and not rig.table.errored, "let go, to start again from the real end"
+        assert rig.session.restart_pending
     else:
-        assert rig.stats.write_restarts == 0 and rig.unit in rig.partitions.errored
+        assert rig.stats.write_restarts == 0 and rig.unit in rig.table.errored
 
 
 def test_idle_passes_do_not_look_at_every_partition_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,8 +93,8 @@ def test_idle_passes_do_not_look_at_every_partition_each_time(monkeypatch: pytes
 
     rig = Rig(link())
     swept: list[str] = []
-    monkeypatch.setattr(rig.mover, "check_writes", lambda: swept.append("writes"))
-    monkeypatch.setattr(rig.partitions, "retry_unverified", lambda: swept.append("unverified"))
+    monkeypatch.setattr(rig.session, "check", lambda: swept.append("writes"))
+    monkeypatch.setattr(rig.table, "retry_unverified", lambda: swept.append("unverified"))
     monkeypatch.setattr(rig.mover, "unthrottle", lambda: swept.append("throttled"))
     for _ in range(50):
         assert rig.mover.move_once() == 0
@@ -148,10 +147,9 @@ def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request()
     lk = link()
     src_kt, units = kafka_topic_name(SRC, "t"), [Unit(DST, "t", p) for p in (0, 1, 2)]
     source, reader, producer = FakeConsumer(), FakeConsumer(), FakeProducer()
-    partitions = Partitions(reader, GatewayStats("test"), lambda cluster: source)  # type: ignore[arg-type,return-value]
-    mover = Mover(partitions, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
+    mover = Mover.assemble(reader, GatewayStats("test"), lambda cluster: source, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
     plan = Plan([lk], {u: [(lk, src_kt)] for u in units}, {}, [])
-    partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
+    mover.table.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
     reader.asked.clear()
     source.queued += [msg(src_kt, p, 0, b"k") for p in (0, 1, 2)]
     mover.move_once()
@@ -205,13 +203,13 @@ def test_a_producer_in_a_fatal_state_is_replaced_and_the_gateway_goes_on(call: s
     rig = Rig(link())
     rig.feed(SRC, [0, 1])
     rig.mover.move_once()
-    rig.mover.producer = FatalProducer(error)
+    rig.session.producer = FatalProducer(error)
     if call == "poll":
         rig.mover.move_once()
     else:
-        assert rig.mover.flush(30) == 0
-    assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer
-    assert not rig.partitions.units and not rig.partitions.errored, "let go, to start again from the real end"
+        assert rig.session.flush(30) == 0
+    assert rig.stats.write_restarts == 1 and rig.session.producer is rig.producer
+    assert not rig.table.units and not rig.table.errored, "let go, to start again from the real end"
 
 
 def test_a_record_landing_below_its_offset_restarts_the_writes_without_a_conflict() -> None:
@@ -220,10 +218,10 @@ def test_a_record_landing_below_its_offset_restarts_the_writes_without_a_conflic
     rig = Rig(link())
     rig.feed(SRC, [0, 1, 2])
     rig.mover.move_once()
-    state = rig.partitions.units[rig.unit]
+    state = rig.table.units[rig.unit]
     state.writer._delivered(5)(None, msg("x", 0, 3, None))
-    rig.mover.check_writes()
-    assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
+    rig.session.check()
+    assert rig.stats.write_restarts == 1 and not rig.table.errored and not rig.failed
 
 
 class ShrunkReader(FakeConsumer):
@@ -243,15 +241,15 @@ def test_an_idle_partition_whose_end_moved_back_is_taken_up_again_from_its_real_
     rig.feed(SRC, [0, 1, 2])
     rig.mover.move_once()
     rig.mover.move_once()  # deliveries acknowledged: the writer is idle at 3
-    rig.partitions.units[rig.unit].last_write = 0.0  # quiet for long
-    rig.partitions.reader = rig.mover.reader = ShrunkReader()
+    rig.table.units[rig.unit].last_write = 0.0  # quiet for long
+    monkeypatch.setattr(rig.table.reader, "get_watermark_offsets", ShrunkReader().get_watermark_offsets)
     rig.feed(SRC, [3])
     rig.mover.move_once()
     if real_end == 3:
         assert len(rig.replica()) == 4 and rig.stats.write_restarts == 0, "written: the end had not moved"
         return
     assert len(rig.replica()) == 3, "nothing written below its offset"
-    assert rig.stats.write_restarts == 1 and not rig.partitions.errored and not rig.failed
+    assert rig.stats.write_restarts == 1 and not rig.table.errored and not rig.failed
 
 
 def test_a_lost_connection_to_the_destination_throws_away_what_the_producer_holds() -> None:
@@ -263,11 +261,11 @@ def test_a_lost_connection_to_the_destination_throws_away_what_the_producer_hold
     rig.mover.move_once()
     first = rig.producer
     rig.producer = FakeProducer()
-    rig.mover.destination_lost("Disconnected")
+    rig.session.destination_lost("Disconnected")
     rig.mover.move_once()
-    assert rig.stats.write_restarts == 1 and rig.mover.producer is rig.producer is not first
-    assert not rig.partitions.units and not rig.partitions.errored
-    rig.mover.destination_lost("Connection refused")
+    assert rig.stats.write_restarts == 1 and rig.session.producer is rig.producer is not first
+    assert not rig.table.units and not rig.table.errored
+    rig.session.destination_lost("Connection refused")
     rig.mover.move_once()
     assert rig.stats.write_restarts == 1, "nothing held: nothing to restart"
 
@@ -280,7 +278,7 @@ def test_a_source_consumer_is_told_of_a_topic_it_never_had_when_its_partition_is
     told = [a for a in rig.source.asked if a[0] == "topics"]  # (it is the divergence checks' probe too)
     assert told == [("topics", [(topic, -1)])]
     plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
-    rig.partitions.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, rig.producer)
+    rig.table.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, rig.producer)
     assert [a for a in rig.source.asked if a[0] == "topics"] == told, "once: the consumer knows it since"
 
 
@@ -292,21 +290,21 @@ def test_a_topic_let_go_is_asked_for_before_it_is_read_again() -> None:
     rig = Rig(link())
     topic, replica = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
     plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
-    reader = rig.partitions.reader
+    reader = rig.table.reader
     source_asks, reader_asks = len(rig.source.asked), len(reader.asked)  # type: ignore[attr-defined]
 
     def asked(c: Any, since: int) -> list[Any]:
         return [a for a in c.asked[since:] if a[0] == "topics"]
 
-    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    rig.table.follow(plan, {replica}, plan.units, True, rig.producer)
     assert asked(rig.source, source_asks) == [] and asked(reader, reader_asks) == []
 
-    rig.partitions.drop(rig.unit)
-    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    rig.table.drop(rig.unit)
+    rig.table.follow(plan, {replica}, plan.units, True, rig.producer)
     assert rig.source.assigned == [(topic, 0, 0)], "taken up again"
     assert asked(rig.source, source_asks) == [("topics", [(topic, -1)])], "the lane's consumer asked first"
     assert reader.asked[reader_asks] == ("topics", [(replica, -1)]), "the reader asked before its first read"  # type: ignore[attr-defined]
-    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    rig.table.follow(plan, {replica}, plan.units, True, rig.producer)
     assert asked(rig.source, source_asks) == [("topics", [(topic, -1)])], "once"
     assert asked(reader, reader_asks) == [("topics", [(replica, -1)])], "once"
 
@@ -315,30 +313,30 @@ def test_a_topic_let_go_is_not_read_again_while_its_source_does_not_say_what_it_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Assigned without asking, it would be fetched by the id the consumer knew, which may be a deleted topic's."""
-    from streamrepl.replication import partitions as partitions_module
+    from streamrepl.replication import units as units_module
 
     rig = Rig(link())
     topic, replica = kafka_topic_name(SRC, "t"), kafka_topic_name(DST, "t")
     plan = Plan([link()], {rig.unit: [(link(), topic)]}, {}, [])
-    state = rig.partitions.units[rig.unit]
-    rig.partitions.remove_feed(state, link().name)
+    state = rig.table.units[rig.unit]
+    rig.table.remove_feed(state, link().name)
     state.unverified[link().name] = (link(), topic)
 
     def down(topic: str | None = None, timeout: float = 0) -> Any:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT))
 
-    monkeypatch.setattr(partitions_module, "RETRY_SECONDS", 0.0)  # asked again at the next look
+    monkeypatch.setattr(units_module, "RETRY_SECONDS", 0.0)  # asked again at the next look
     monkeypatch.setattr(rig.source, "list_topics", down)
-    rig.partitions.follow(plan, {replica}, plan.units, True, rig.producer)
+    rig.table.follow(plan, {replica}, plan.units, True, rig.producer)
     assert rig.source.assigned == [] and link().name in state.unverified, "not fed while the source does not say"
     monkeypatch.delattr(rig.source, "list_topics")  # the class's again: it answers
-    rig.partitions.retry_unverified()
+    rig.table.retry_unverified()
     assert rig.source.assigned == [(topic, 0, 0)] and not state.unverified, "fed once it said"
 
 
 # -- one source consumer per source cluster ---------------------------------------------------------------------
-def _rig_of_links(links: list[Link]) -> tuple[Partitions, Mover, FakeProducer, list[FakeConsumer]]:
-    """Partitions and a Mover on fakes, each link feeding partition 0 of topic t of its own replica stream; the
+def _rig_of_links(links: list[Link]) -> tuple[Mover, FakeProducer, list[FakeConsumer]]:
+    """A Mover on fakes, each link feeding partition 0 of topic t of its own replica stream; the
     source consumers made are listed in the order they were made."""
     made: list[FakeConsumer] = []
 
@@ -347,18 +345,19 @@ def _rig_of_links(links: list[Link]) -> tuple[Partitions, Mover, FakeProducer, l
         return made[-1]
 
     producer = FakeProducer()
-    partitions = Partitions(
+    mover = Mover.assemble(
         FakeConsumer(),  # type: ignore[arg-type]
         GatewayStats("test"),
         new_consumer,
+        lambda: producer,  # type: ignore[arg-type,return-value]
+        1000,
         new_probe=lambda cluster, **_: FakeConsumer(),  # the divergence checks' own, not counted
     )
-    mover = Mover(partitions, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
     units = {Unit(lk.dst, "t", 0): [(lk, kafka_topic_name(lk.src, "t"))] for lk in links}
     plan = Plan(links, units, {}, [])
     present = {kafka_topic_name(lk.dst, "t") for lk in links}
-    partitions.follow(plan, present, plan.units, True, producer)  # type: ignore[arg-type]
-    return partitions, mover, producer, made
+    mover.table.follow(plan, present, plan.units, True, producer)  # type: ignore[arg-type]
+    return mover, producer, made
 
 
 def _link(src: str, dst: str) -> Link:
@@ -371,7 +370,7 @@ def test_the_links_of_one_source_cluster_share_one_consumer_and_each_record_reac
     (which answers an empty fetch at once) kept the gateway at 95 % and the source broker at 70 % of a core for 20
     records a second (bench/scale.py --trickle 1). One consumer reads every link of a source cluster."""
     a, b = _link("/a", "/a"), _link("/b", "/b")
-    partitions, mover, producer, made = _rig_of_links([a, b])
+    mover, producer, made = _rig_of_links([a, b])
     assert len(made) == 1, "one consumer for the source cluster"
     src = made[0]
     assert sorted(src.assigned) == sorted([(kafka_topic_name(a.src, "t"), 0, 0), (kafka_topic_name(b.src, "t"), 0, 0)])
@@ -387,7 +386,7 @@ def test_two_links_from_one_source_stream_have_a_consumer_each() -> None:
     """A consumer holds a source partition once, at one position: two replicas of one stream in the same destination
     cluster read it at their own offsets, so their links cannot share a consumer."""
     x, y = _link("/a", "/x"), _link("/a", "/y")
-    partitions, mover, producer, made = _rig_of_links([x, y])
+    mover, producer, made = _rig_of_links([x, y])
     assert len(made) == 2
     kt = kafka_topic_name(x.src, "t")
     made[0].queued += [msg(kt, 0, o, f"k{o}".encode()) for o in range(2)]
@@ -397,5 +396,26 @@ def test_two_links_from_one_source_stream_have_a_consumer_each() -> None:
     assert len(producer.log[(kafka_topic_name(y.dst, "t"), 0)]) == 2
     # The first link gone, its consumer is closed; the second keeps its own.
     plan = Plan([y], {Unit(y.dst, "t", 0): [(y, kt)]}, {}, [])
-    partitions.follow(plan, {kafka_topic_name(y.dst, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
-    assert len(partitions.sources) == 1
+    mover.table.follow(plan, {kafka_topic_name(y.dst, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
+    assert len(mover.feeds.consumers) == 1
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_partition_is_reported_caught_up_only_where_the_sources_watermark_is_exact(
+    monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    """promote -consistent trusts a caught-up report (promoteconsistent.py). On Tansu the watermark is the last
+    batch's base offset + 1, so a writer at it may still lack the rest of that batch: there, and on a broker whose
+    watermark is not known to be exact, no partition is reported caught up."""
+    from streamrepl import kafka
+
+    rig = Rig(link())
+    rig.feed(SRC, [0, 1])
+    rig.mover.move_once()
+    monkeypatch.setattr(kafka, "watermark_is_exact", lambda cluster: exact)
+    monkeypatch.setattr(rig.source, "get_watermark_offsets", lambda tp, timeout=0, cached=False: (0, 2))
+    state = rig.table.units[rig.unit]
+    assert state.writer.next == 2
+    assert rig.mover.feeds.caught_up(state) is exact
+    monkeypatch.setattr(rig.source, "get_watermark_offsets", lambda tp, timeout=0, cached=False: (0, 3))
+    assert rig.mover.feeds.caught_up(state) is False, "a record the writer has not applied yet"

@@ -1,4 +1,4 @@
-"""Quiet feeds (replication/quiet.py, quieting.py): not fetched, their ends watched; with fake clients, no broker."""
+"""Quiet feeds (replication/quiet.py, feeds.py): not fetched, their ends watched; with fake clients, no broker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from confluent_kafka import TopicPartition
 from support.mover import SRC, FakeEnds, Rig, link
 
 from streamrepl.paths import kafka_topic_name
-from streamrepl.replication import quiet, quieting
+from streamrepl.replication import quiet
 from streamrepl.replication.links import Plan
 from streamrepl.replication.quiet import EndWatch
 
@@ -87,8 +87,8 @@ def test_a_feed_let_go_while_quiet_is_no_longer_watched_nor_woken(monkeypatch: p
     rig.look()
     assert rig.ends.asked[-1] == [(KT, 0)]
     lk = link()
-    rig.partitions.follow(Plan([lk], {}, {}, []), {KAFKA_DST}, {}, True, rig.producer)  # type: ignore[arg-type]
-    assert rig.partitions.units == {} and not rig.quiet.held
+    rig.table.follow(Plan([lk], {}, {}, []), {KAFKA_DST}, {}, True, rig.producer)  # type: ignore[arg-type]
+    assert rig.table.units == {} and not rig.quiet.held
     rig.ends.ends[(KT, 0)] = 10
     asked = len(rig.ends.asked)
     rig.look()
@@ -111,8 +111,8 @@ def test_a_quiet_feed_whose_source_connection_was_lost_is_checked_again_before_i
     rig.ends.lose = True
     for w in rig.quiet.watches.values():
         w.round()
-    quieting.wake_moved(rig.partitions)
-    state = rig.partitions.units[rig.unit]
+    rig.mover.move_once()  # takes the news: the lost connection first
+    state = rig.table.units[rig.unit]
     assert link().name in state.unverified and not state.feeds, "stopped, to be compared with the replica first"
     assert rig.source.assigned == [] and not rig.quiet.held
 
@@ -165,9 +165,9 @@ def test_a_loop_with_every_feed_quiet_sleeps_until_a_watch_has_news(monkeypatch:
     """With nothing fetched, the loop needs to run only when a quiet feed's end moved: it waits for the watch's
     news (gateway.IDLE_SLEEP_ALL_QUIET at most) instead of passing every 10 ms."""
     rig = Rig(link())
-    assert not rig.partitions.all_quiet(), "its feed is fetched"
+    assert not rig.table.all_quiet(), "its feed is fetched"
     rig = quiet_rig(monkeypatch)
-    assert rig.partitions.all_quiet()
+    assert rig.table.all_quiet()
     rig.mover.move_once()  # the watch is told what to watch
     rig.ends.ends[(KT, 0)] = 5
     for w in rig.quiet.watches.values():
@@ -177,7 +177,7 @@ def test_a_loop_with_every_feed_quiet_sleeps_until_a_watch_has_news(monkeypatch:
     waited.join(30)  # a hang guard: news were published before the wait began
     assert not waited.is_alive(), "the news did not end the wait"
     rig.mover.move_once()
-    assert rig.source.assigned == [(KT, 0, 2)] and not rig.partitions.all_quiet()
+    assert rig.source.assigned == [(KT, 0, 2)] and not rig.table.all_quiet()
 
 
 def test_a_new_plan_ends_the_wait_of_a_loop_whose_feeds_are_all_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,10 +215,10 @@ def test_the_end_check_period_is_the_brokers_unless_the_environment_sets_it(monk
 
 # -- partitions taken up many at once start quiet ---------------------------------------------------------
 def bulk_rig(monkeypatch: pytest.MonkeyPatch) -> Rig:
-    """A rig whose one partition was taken up as if among many (following.START_QUIET_AT lowered to 1)."""
-    from streamrepl.replication import following
+    """A rig whose one partition was taken up as if among many (units.START_QUIET_AT lowered to 1)."""
+    from streamrepl.replication import units
 
-    monkeypatch.setattr(following, "START_QUIET_AT", 1)
+    monkeypatch.setattr(units, "START_QUIET_AT", 1)
     return Rig(link())
 
 
@@ -232,7 +232,7 @@ def test_partitions_taken_up_many_at_once_start_quiet_and_wake_when_their_source
     rig = bulk_rig(monkeypatch)
     lk = link()
     assert rig.source.assigned == [] and rig.quiet.holds(lk.name, TopicPartition(KT, 0)), "not fetched"
-    assert rig.partitions.all_quiet()
+    assert rig.table.all_quiet()
     assert ("topics", [(KT, -1)]) in rig.source.asked, "its consumer was told of the topic, for the wake"
     rig.look()
     assert rig.source.assigned == [], "its source ends where the replica does: it stays quiet"

@@ -1,0 +1,73 @@
+"""The replica guard (replication/guard.py) on its own, with fake clients: it answers with verdicts and changes
+nothing else (the unit table fails or drops a partition, the write session restarts the writes: the mover acts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.divergence import DKT, SKT, LogConsumer, Producer, history, link, replicated
+
+from streamrepl import kafka
+from streamrepl.applier import OffsetPreservingWriter
+from streamrepl.divergence import tail_of
+from streamrepl.replication import guard as guard_module
+from streamrepl.replication.guard import Conflict, Fail, LetGo, ReplicaGuard, Restart, quiet_for_long
+from streamrepl.replication.links import Unit
+from streamrepl.replication.state import UnitState
+from streamrepl.replication.stats import GatewayStats
+
+UNIT = Unit(link().dst, "t", 0)
+
+
+def rig(replica: list[Any], source: list[Any] | None = None) -> tuple[ReplicaGuard, UnitState, LogConsumer]:
+    """A guard over a replica partition this gateway left at offset 10, everything acknowledged, quiet for long."""
+    reader = LogConsumer({DKT: replica})
+    probe = LogConsumer({SKT: source if source is not None else history(10)})
+    guard = ReplicaGuard(reader, lambda cluster: probe, GatewayStats("test"))  # type: ignore[arg-type]
+    writer = OffsetPreservingWriter(Producer(), DKT, 0, 10, "DST", "SRC", "SRC")  # type: ignore[arg-type]
+    writer.acked = 10
+    return guard, UnitState(UNIT, writer), reader
+
+
+def test_an_end_where_this_gateway_left_it_is_no_news() -> None:
+    guard, state, _ = rig(replicated(10))
+    assert quiet_for_long(state, now=1e9, last_offset=10)
+    assert guard.end_unchanged(state, "SRC") is True
+
+
+def test_records_of_the_same_origin_past_the_end_mean_another_gateway_took_over() -> None:
+    guard, state, _ = rig(replicated(12))
+    assert guard.end_unchanged(state, "SRC") == LetGo()
+
+
+def test_records_of_another_origin_past_the_end_are_a_conflict(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard, state, _ = rig(history(12, topic=DKT, headers=[("streamrepl.origin", b"OTHER")]))
+    verdict = guard.end_unchanged(state, "SRC")
+    assert isinstance(verdict, Conflict) and "past offset 10 where this gateway left it" in verdict.why
+
+
+def test_an_end_below_where_this_gateway_left_it_restarts_the_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard, state, _ = rig(replicated(8))
+    monkeypatch.setattr(kafka, "true_end", lambda c, tp, timeout: 8)  # not an under-counting watermark
+    verdict = guard.end_unchanged(state, "SRC")
+    assert isinstance(verdict, Restart) and "ends at offset 8, below offset 10" in verdict.why
+
+
+def test_a_destination_that_does_not_answer_turns_the_end_checks_off_for_a_while() -> None:
+    guard, state, reader = rig(replicated(12))
+    reader.down = True
+    assert guard.end_unchanged(state, "SRC") is True, "writes are checked on delivery meanwhile"
+    reader.down = False
+    assert guard.end_unchanged(state, "SRC") is True, f"not asked again for {guard_module.END_CHECKS_OFF_SECONDS} s"
+
+
+def test_a_source_that_diverged_is_a_fail_verdict_and_a_source_down_is_asked_again_later() -> None:
+    guard, state, _ = rig(replicated(10), source=history(12, ts=1_800_000_000_000))
+    state.tail = tail_of(replicated(10)[-1], "DST")  # as the unit table reads it on acquire
+    verdict = guard.check_source(state, link(), kafka.TopicPartition(SKT, 0))
+    assert isinstance(verdict, Fail) and "diverged at offset 9" in verdict.error and guard.stats.divergences == 1
+    probe = LogConsumer({SKT: history(10)})
+    probe.down = True
+    guard = ReplicaGuard(LogConsumer({}), lambda cluster: probe, GatewayStats("test"))  # type: ignore[arg-type]
+    assert guard.check_source(state, link(), kafka.TopicPartition(SKT, 0)) == "down"
