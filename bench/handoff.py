@@ -49,7 +49,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def start_gateway(logdir: Path, name: str) -> subprocess.Popen:
     out = open(logdir / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
-        [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name],
+        # Unsupervised: a SIGKILL must kill the gateway itself (a supervisor killed with -9 has its worker drain and
+        # leave, which measured a planned stop instead of a crash).
+        [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name, "-supervise", "false"],
         stdout=out,
         stderr=subprocess.STDOUT,
         env=os.environ,

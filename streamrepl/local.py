@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from . import kafka, local_tls, metastore, settings
+from . import kafka, local_tls, metastore, oplock, settings
 from .errors import InvalidArgument, NotFound, Unreachable
 from .local_brokers import KINDS, BrokerKind, kind
 from .logtail import log_tail
@@ -43,6 +43,9 @@ DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 READY_TIMEOUT = 15.0
 #: In the state directory: the port each cluster last ran on (state.json forgets a cluster at `down`).
 PORTS_FILE = "ports.json"
+#: In the state directory, while an `up` runs: the processes it started and has not recorded in state.json yet (the
+#: same records), so that the next `up` or `down` stops them when it was killed part way (_stop_unrecorded).
+STARTING_FILE = "starting.json"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Brokers this process started, kept so Popen does not warn and so their exit status can be collected.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -158,8 +161,8 @@ def _record_problem(rec: Any) -> str:
     return ""
 
 
-def _load(state_dir: Path) -> dict[str, LocalBroker]:
-    path = state_dir / "state.json"
+def _load(state_dir: Path, name: str = "state.json") -> dict[str, LocalBroker]:
+    path = state_dir / name
     problem = ""
     try:
         raw = json.loads(path.read_bytes())
@@ -190,13 +193,17 @@ def _load(state_dir: Path) -> dict[str, LocalBroker]:
     return {name: LocalBroker(cluster=name, **rec) for name, rec in raw.items()}
 
 
-def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
+def _records(brokers: dict[str, LocalBroker]) -> str:
     # A record without TLS is written as before TLS existed (older streamrepl versions read it).
     raw = {
         name: {k: v for k, v in asdict(b).items() if k != "cluster" and not (k in ("tls_port", "tunnel_pid") and not v)}
         for name, b in brokers.items()
     }
-    _atomic_write(state_dir / "state.json", json.dumps(raw, indent=2) + "\n")
+    return json.dumps(raw, indent=2) + "\n"
+
+
+def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
+    _atomic_write(state_dir / "state.json", _records(brokers))
     reg = registry_path(state_dir)
     if not brokers:
         reg.unlink(missing_ok=True)
@@ -210,6 +217,18 @@ def _save(state_dir: Path, brokers: dict[str, LocalBroker]) -> None:
         },
     }
     _atomic_write(reg, yaml.safe_dump(doc, sort_keys=False))
+
+
+def _stop_unrecorded(state_dir: Path, state: dict[str, LocalBroker]) -> None:
+    """Stop what an `up` killed part way started and never recorded in state.json (STARTING_FILE): its brokers and
+    TLS terminators run on in sessions of their own, and nothing else would ever stop them. Under the lock."""
+    starting = _load(state_dir, STARTING_FILE)
+    if starting:
+        pids = {b.pid for b in state.values()}
+        tunnel_pids = {b.tunnel_pid for b in state.values()}
+        _stop_tunnels([b for b in starting.values() if b.tunnel_pid not in tunnel_pids], state_dir)
+        _stop_all([b for b in starting.values() if b.pid not in pids and _is_ours(b)])
+    (state_dir / STARTING_FILE).unlink(missing_ok=True)
 
 
 def _client_properties(state_dir: Path, broker: LocalBroker) -> dict[str, str]:
@@ -379,6 +398,13 @@ def up(
     back with it.
     """
     names = _validate(clusters or DEFAULT_CLUSTERS)
+    settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
+    steps = iter(range(1, 1000))
+
+    def done() -> None:
+        """A step of `up` done: the crash hook ($STREAMREPL_CRASH_AFTER_STEP=local-up:<k>) counts them as they come."""
+        oplock.step_done("local-up", next(steps))
+
     asked = kind(broker) if broker is not None else None
     if asked is None:
         kind()  # a bad $STREAMREPL_LOCAL_BROKER is an error even when every cluster already runs
@@ -397,6 +423,7 @@ def up(
         raise InvalidArgument(f"cannot create the directory {sd} ({e.strerror}); give a writable -dir") from None
     with _locked(sd):
         state = _load(sd)
+        _stop_unrecorded(sd, state)
         last_ports = _remembered_ports(sd)
         # Ports other clusters have (or come back to) are not given to these; each of these may take its own back.
         ports = {**last_ports, **{n: b.port for n, b in state.items()}}
@@ -405,13 +432,22 @@ def up(
         started: list[tuple[subprocess.Popen[bytes], LocalBroker, subprocess.Popen[bytes] | None]] = []
         tunnels: list[subprocess.Popen[bytes]] = []  # for brokers that run already
         moved: list[str] = []
-        tls_ready = reissued = False
+        #: what this run started and has not recorded yet, kept in STARTING_FILE as it grows
+        starting: dict[str, LocalBroker] = {}
+
+        def started_one(record: LocalBroker) -> None:
+            starting[record.cluster] = record
+            _atomic_write(sd / STARTING_FILE, _records(starting))
+            done()
+
+        tls_ready = False
         try:
             for name in names:
                 old = state.get(name)
                 with_tls = tls or bool(old and old.tls_port)
                 if with_tls and not tls_ready:
-                    reissued, tls_ready = local_tls.ensure(sd), True
+                    local_tls.ensure(sd, done)
+                    tls_ready = True
                 if old and _is_ours(old):
                     if asked is not None and old.kind is not asked:
                         raise InvalidArgument(
@@ -427,6 +463,7 @@ def up(
                         restarted = _start_tunnel(name, old.tls_port, old.port, sd)  # its TLS terminator died
                         tunnels.append(restarted)
                         state[name] = dataclasses.replace(old, tunnel_pid=restarted.pid)
+                        started_one(state[name])
                     continue
                 broker_kind = _kind_for(name, old, asked, sd)
                 if with_tls:
@@ -451,19 +488,24 @@ def up(
                         )
                 log = sd / "logs" / f"{name}.log"
                 proc = _start(broker_kind, name, port, sd, log, tls_port)
-                tunnel = _start_tunnel(name, tls_port, port, sd) if tls_port else None
-                new = LocalBroker(
-                    name, port, proc.pid, str(log), broker_kind.name, tls_port, tunnel.pid if tunnel else 0
-                )
-                started.append((proc, new, tunnel))
+                new = LocalBroker(name, port, proc.pid, str(log), broker_kind.name, tls_port)
+                started.append((proc, new, None))
+                started_one(new)
+                if tls_port:
+                    terminator = _start_tunnel(name, tls_port, port, sd)
+                    new = dataclasses.replace(new, tunnel_pid=terminator.pid)
+                    started[-1] = (proc, new, terminator)
+                    started_one(new)
             # Brokers start in parallel; readiness is checked afterwards.
             for proc, new, tunnel in started:
                 _wait_ready(proc, new, READY_TIMEOUT, sd, tunnel)
+            done()
         except BaseException:
             # All or nothing: a half-started set would leave unrecorded processes behind.
             for child in [p for s in started for p in (s[0], s[2]) if p is not None] + tunnels:
                 child.kill()
                 child.wait()
+            (sd / STARTING_FILE).unlink(missing_ok=True)
             raise
         for restarted in tunnels:
             _CHILDREN[restarted.pid] = restarted
@@ -473,10 +515,15 @@ def up(
                 _CHILDREN[tunnel.pid] = tunnel
             state[new.cluster] = new
         _save(sd, state)
+        (sd / STARTING_FILE).unlink(missing_ok=True)  # all recorded now
+        done()
         _remember_ports(sd, state.values())
-        if reissued:
-            # A new server certificate (the old one expired): the terminators that ran already read it again.
+        done()
+        if local_tls.reload_due(sd):
+            # A new server certificate (the old one expired), made by this `up` or one killed before it got here: the
+            # terminators that ran already read it again.
             reload_tls(sd)
+            local_tls.reload_done(sd)
         for message in moved:
             warn(message)
         return [state[name] for name in names]
@@ -567,6 +614,7 @@ def down(state_dir: Path | None = None, clusters: list[str] | None = None) -> li
         return []
     with _locked(sd):
         state = _load(sd)
+        _stop_unrecorded(sd, state)
         names = _validate(clusters) if clusters else list(state)
         dropped = [b for b in (state.pop(name, None) for name in names) if b]
         _remember_ports(sd, dropped)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import InvalidArgument, Unreachable
@@ -23,6 +24,9 @@ CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
 SERVER_CERT = "server.pem"
 SERVER_KEY = "server.key"
+#: Made before a server certificate is issued, removed once the running terminators were told to read it again: so a
+#: `local up -tls` killed in between still has them told by the next one.
+RELOAD_MARK = "reload-due"
 #: A server certificate that expires within this is issued again by `local up -tls`.
 RENEW_BEFORE = datetime.timedelta(days=1)
 SERVER_DAYS = 825
@@ -89,32 +93,50 @@ def _stamp(when: datetime.datetime) -> str:
     return when.astimezone(datetime.UTC).strftime("%Y%m%d%H%M%SZ")
 
 
-def make_ca(directory: Path) -> Path:
-    """A new CA (key and self-signed certificate) in `directory`; returns the certificate's path."""
+def _nothing() -> None:
+    pass
+
+
+def make_ca(directory: Path, done: Callable[[], None] = _nothing) -> Path:
+    """A new CA (key and self-signed certificate) in `directory`; returns the certificate's path. `done()` is called
+    after the key and after the certificate is in place (the crash hook's steps).
+
+    Made aside and moved in, the certificate last and taken away first (and the server certificate, which the new
+    CA did not sign): where both files are there, they are a pair, also after a process killed in between."""
     directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory(dir=directory) as work:  # on the same file system: os.replace
         cnf = Path(work) / "ca.cnf"
         cnf.write_text(_CA_CONFIG)
-        key, cert = directory / CA_KEY, directory / CA_CERT
+        key, cert = Path(work) / CA_KEY, Path(work) / CA_CERT
         _openssl(
             ["req", "-x509", "-config", str(cnf), "-extensions", "ext", "-newkey", "ec"]
             + ["-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(cert)]
             + ["-days", str(CA_DAYS)]
         )
         key.chmod(0o600)
-    return cert
+        for stale in (CA_CERT, SERVER_CERT):
+            (directory / stale).unlink(missing_ok=True)
+        os.replace(key, directory / CA_KEY)
+        done()
+        os.replace(cert, directory / CA_CERT)
+        done()
+    return directory / CA_CERT
 
 
 def issue_server(
-    directory: Path, not_before: datetime.datetime | None = None, not_after: datetime.datetime | None = None
+    directory: Path,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+    done: Callable[[], None] = _nothing,
 ) -> Path:
     """A new server key and certificate for loopback in `directory`, signed by its CA, valid from `not_before` (now)
     to `not_after` (SERVER_DAYS from now); returns the certificate's path. Written in place of the old ones only when
-    complete: a running stunnel reads them again on SIGHUP."""
+    complete, the certificate last and taken away first (where both are there, they are a pair, as in make_ca): a
+    running stunnel reads them again on SIGHUP."""
     now = datetime.datetime.now(datetime.UTC)
     start = not_before or now - datetime.timedelta(minutes=5)
     end = not_after or now + datetime.timedelta(days=SERVER_DAYS)
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory(dir=directory) as work:
         w = Path(work)
         cnf = w / "sign.cnf"
         cnf.write_text(_SIGN_CONFIG.format(work=work, names=SERVER_NAMES))
@@ -131,8 +153,11 @@ def issue_server(
             + ["-startdate", _stamp(start), "-enddate", _stamp(end)]
         )
         key.chmod(0o600)
+        (directory / SERVER_CERT).unlink(missing_ok=True)
         os.replace(key, directory / SERVER_KEY)
+        done()
         os.replace(cert, directory / SERVER_CERT)
+        done()
     return directory / SERVER_CERT
 
 
@@ -143,7 +168,7 @@ def _expires_soon(cert: Path) -> bool:
     return done.returncode != 0
 
 
-def ensure(state_dir: Path) -> bool:
+def ensure(state_dir: Path, done: Callable[[], None] = _nothing) -> bool:
     """Make the state directory's TLS files when missing (a server certificate also when it expires within
     RENEW_BEFORE); True when a server certificate was made. A CA made earlier is kept: registries and clients name
     it."""
@@ -151,13 +176,22 @@ def ensure(state_dir: Path) -> bool:
         raise Unreachable("local up -tls needs stunnel: install it (apt-get install stunnel4)")
     directory = state_dir / TLS_DIR
     if not ((directory / CA_CERT).is_file() and (directory / CA_KEY).is_file()):
-        make_ca(directory)
-        (directory / SERVER_CERT).unlink(missing_ok=True)
+        make_ca(directory, done)
     cert = directory / SERVER_CERT
     if not (cert.is_file() and (directory / SERVER_KEY).is_file()) or _expires_soon(cert):
-        issue_server(directory)
+        (directory / RELOAD_MARK).touch()
+        issue_server(directory, done=done)
         return True
     return False
+
+
+def reload_due(state_dir: Path) -> bool:
+    """A server certificate was made that the terminators running before it may not have read yet."""
+    return (state_dir / TLS_DIR / RELOAD_MARK).exists()
+
+
+def reload_done(state_dir: Path) -> None:
+    (state_dir / TLS_DIR / RELOAD_MARK).unlink(missing_ok=True)
 
 
 def tunnel_command(state_dir: Path, cluster: str, tls_port: int, port: int) -> list[str]:

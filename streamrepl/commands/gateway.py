@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..cli import CONTEXT_SETTINGS
 from .common import BOOL, app, handles_errors, opt, output, require
+
+if TYPE_CHECKING:
+    from ..replication.workers import Worker
 
 #: A gateway's id goes into its Kafka client ids, its log lines and its metrics' labels.
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9._-]+")
@@ -20,58 +27,81 @@ def gateway() -> None:
     """Run the workers that apply replicated records in a destination cluster."""
 
 
+def _start_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of `gateway start`, declared here once; the command gets them whole (StartOptions), and hands
+    them on to its workers by worker_argv, which is made from this list too."""
+    for option in reversed(_OPTIONS):
+        f = option(f)
+    return f
+
+
+_OPTIONS = (
+    opt("cluster", metavar="NAME", help="Destination cluster whose replicas this gateway feeds."),
+    opt(
+        "id",
+        "gateway_id",
+        metavar="NAME",
+        help="Gateway name: letters, digits, '.', '_' and '-' (default: <host>-<pid>).",
+    ),
+    opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR."),
+    opt(
+        "metricsport",
+        type=int,
+        metavar="PORT",
+        help="Serve Prometheus metrics on this port (GET /metrics; 0: any); with -workers N, worker k serves PORT+k-1.",
+    ),
+    opt(
+        "metricsaddr", metavar="ADDR", default="0.0.0.0", show_default=True, help="Address the metrics port listens on."
+    ),
+    opt(
+        "workers",
+        type=int,
+        metavar="N",
+        default=1,
+        show_default=True,
+        help="Gateway processes to run (1-64), to use more cores: each joins as gateway <id>.w<k>; a dead one"
+        " restarts.",
+    ),
+    opt(
+        "supervise",
+        type=BOOL,
+        default=True,
+        help="Run the gateway in a worker process that is started again when it dies (default true); false runs it in"
+        " this process, for a service manager that restarts it itself (systemd's Restart=always).",
+    ),
+    # Given by the supervisor to its workers: the id of a `-workers N` supervisor (the gateway list allows a worker by
+    # it), how many processes of this worker died before, how the last one ended, and the pipe for its last words.
+    opt("parent", metavar="NAME", hidden=True),
+    opt("restarts", type=int, default=0, hidden=True),
+    opt("lastexit", default="", hidden=True),
+    opt("exitfd", type=int, hidden=True),
+)
+
+#: What only the supervisor acts on: each worker it starts is one gateway process, in the foreground.
+SUPERVISOR_ONLY = ("workers", "supervise")
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """The options of `gateway start` as given (one field per option of _OPTIONS, by its parameter name)."""
+
+    cluster: str | None
+    gateway_id: str | None
+    loglevel: str
+    metricsport: int | None
+    metricsaddr: str
+    workers: int
+    supervise: bool
+    parent: str | None
+    restarts: int
+    lastexit: str
+    exitfd: int | None
+
+
 @gateway.command("start", context_settings=CONTEXT_SETTINGS)
-@opt("cluster", metavar="NAME", help="Destination cluster whose replicas this gateway feeds.")
-@opt(
-    "id",
-    "gateway_id",
-    metavar="NAME",
-    help="Gateway name: letters, digits, '.', '_' and '-' (default: <host>-<pid>).",
-)
-@opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
-@opt(
-    "metricsport",
-    type=int,
-    metavar="PORT",
-    help="Serve Prometheus metrics on this port (GET /metrics; 0: any); with -workers N, worker k serves PORT+k-1.",
-)
-@opt("metricsaddr", metavar="ADDR", default="0.0.0.0", show_default=True, help="Address the metrics port listens on.")
-@opt(
-    "workers",
-    type=int,
-    metavar="N",
-    default=1,
-    show_default=True,
-    help="Gateway processes to run (1-64), to use more cores: each joins as gateway <id>.w<k>; a dead one restarts.",
-)
-@opt(
-    "supervise",
-    type=BOOL,
-    default=True,
-    help="Run the gateway in a worker process that is started again when it dies (default true); false runs it in"
-    " this process, for a service manager that restarts it itself (systemd's Restart=always).",
-)
-# Given by the supervisor to its workers: the id of a `-workers N` supervisor (the gateway list allows a worker by
-# it), how many processes of this worker died before, how the last one ended, and the pipe for its last words.
-@opt("parent", metavar="NAME", hidden=True)
-@opt("restarts", type=int, default=0, hidden=True)
-@opt("lastexit", default="", hidden=True)
-@opt("exitfd", type=int, hidden=True)
+@_start_options
 @handles_errors
-def start_cmd(
-    cluster: str,
-    gateway_id: str | None,
-    loglevel: str,
-    metricsport: int | None,
-    metricsaddr: str,
-    workers: int,
-    supervise: bool,
-    parent: str | None,
-    restarts: int,
-    lastexit: str,
-    exitfd: int | None,
-    **_: object,
-) -> None:
+def start_cmd(**given: Any) -> None:
     """Run a gateway in the foreground until SIGTERM; start as many as you like per cluster.
 
     The gateway runs in a worker process, which is started again after a back-off when it dies (killed by a
@@ -81,20 +111,9 @@ def start_cmd(
     from ..errors import StreamreplError
     from ..replication import exits
 
+    o = StartOptions(**given)
     try:
-        _start(
-            cluster,
-            gateway_id,
-            loglevel,
-            metricsport,
-            metricsaddr,
-            workers,
-            supervise,
-            parent,
-            restarts,
-            lastexit,
-            exitfd,
-        )
+        _start(o)
     except Exception as e:
         status = exits.status_of(e)
         if status == exits.FAILED:
@@ -105,72 +124,86 @@ def start_cmd(
             from ..kafka import describe_exception
 
             code, message = describe_exception(e, app().registry_secrets_safe())
-        if exitfd is not None:
-            exits.tell_supervisor(exitfd, code, message)  # the supervisor ends with it: one line for the command
+        if o.exitfd is not None:
+            exits.tell_supervisor(o.exitfd, code, message)  # the supervisor ends with it: one line for the command
             sys.exit(status)
         raise exits.FinalExit(message, code, status) from None
 
 
-def _start(
-    cluster: str,
-    gateway_id: str | None,
-    loglevel: str,
-    metricsport: int | None,
-    metricsaddr: str,
-    workers: int,
-    supervise: bool,
-    parent: str | None,
-    restarts: int,
-    lastexit: str,
-    exitfd: int | None,
-) -> None:
+def _start(o: StartOptions) -> None:
     from ..errors import InvalidArgument
     from ..replication.process import run_foreground
     from ..replication.workers import MAX_WORKERS
 
-    if gateway_id is not None and not _GATEWAY_ID.fullmatch(gateway_id):
+    if o.gateway_id is not None and not _GATEWAY_ID.fullmatch(o.gateway_id):
         raise InvalidArgument(
-            f"-id {gateway_id!r} is not a gateway name: use letters, digits, '.', '_' and '-' (at least one)"
+            f"-id {o.gateway_id!r} is not a gateway name: use letters, digits, '.', '_' and '-' (at least one)"
         )
-    level = getattr(logging, loglevel.upper(), None)
+    level = getattr(logging, o.loglevel.upper(), None)
     if not isinstance(level, int):
-        raise InvalidArgument(f"-loglevel {loglevel} is not a level; use DEBUG, INFO, WARNING or ERROR")
-    if metricsport is not None and not 0 <= metricsport <= 65535:
-        raise InvalidArgument(f"-metricsport {metricsport} is not a port; use 1-65535, or 0 for any free port")
-    if not 1 <= workers <= MAX_WORKERS:
-        raise InvalidArgument(f"-workers {workers} is out of range; use 1 to {MAX_WORKERS} (the slot count)")
-    if workers > 1 and not supervise:
-        raise InvalidArgument(f"-workers {workers} needs the supervisor; drop -supervise false, or use -workers 1")
-    if metricsport and metricsport + workers - 1 > 65535:
+        raise InvalidArgument(f"-loglevel {o.loglevel} is not a level; use DEBUG, INFO, WARNING or ERROR")
+    if o.metricsport is not None and not 0 <= o.metricsport <= 65535:
+        raise InvalidArgument(f"-metricsport {o.metricsport} is not a port; use 1-65535, or 0 for any free port")
+    if not 1 <= o.workers <= MAX_WORKERS:
+        raise InvalidArgument(f"-workers {o.workers} is out of range; use 1 to {MAX_WORKERS} (the slot count)")
+    if o.workers > 1 and not o.supervise:
+        raise InvalidArgument(f"-workers {o.workers} needs the supervisor; drop -supervise false, or use -workers 1")
+    if o.metricsport and o.metricsport + o.workers - 1 > 65535:
         raise InvalidArgument(
-            f"-metricsport {metricsport} with -workers {workers} needs ports up to {metricsport + workers - 1};"
-            " use a lower port, or 0 for any free port"
+            f"-metricsport {o.metricsport} with -workers {o.workers} needs ports up to"
+            f" {o.metricsport + o.workers - 1}; use a lower port, or 0 for any free port"
         )
-    if parent is not None and not _GATEWAY_ID.fullmatch(parent):
-        raise InvalidArgument(f"-parent {parent!r} is not a gateway name: use letters, digits, '.', '_' and '-'")
-    if restarts < 0:
-        raise InvalidArgument(f"-restarts {restarts} is not a count; use 0 or more")
+    if o.parent is not None and not _GATEWAY_ID.fullmatch(o.parent):
+        raise InvalidArgument(f"-parent {o.parent!r} is not a gateway name: use letters, digits, '.', '_' and '-'")
+    if o.restarts < 0:
+        raise InvalidArgument(f"-restarts {o.restarts} is not a count; use 0 or more")
     reg = app().registry
-    reg.get(require(cluster, "cluster"))
+    reg.get(require(o.cluster, "cluster"))
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if supervise and exitfd is None:
-        sys.exit(_supervise(cluster, gateway_id, loglevel, metricsport, metricsaddr, workers))
-    metrics = (metricsaddr, metricsport) if metricsport is not None else None
+    if o.supervise and o.exitfd is None:
+        sys.exit(_supervise(o))
+    metrics = (o.metricsaddr, o.metricsport) if o.metricsport is not None else None
     run_foreground(
         reg,
-        cluster,
-        gateway_id,
+        str(o.cluster),
+        o.gateway_id,
         metrics=metrics,
-        parent_id=parent,
-        restarts=restarts,
-        last_exit=lastexit,
-        exit_fd=exitfd,
+        parent_id=o.parent,
+        restarts=o.restarts,
+        last_exit=o.lastexit,
+        exit_fd=o.exitfd,
     )
 
 
-def _supervise(
-    cluster: str, gateway_id: str | None, loglevel: str, metricsport: int | None, metricsaddr: str, workers: int
-) -> int:
+def worker_argv(o: StartOptions, w: Worker, exit_fd: int, registry_file: str | None) -> list[str]:
+    """The command line of worker `w` of the supervisor started with `o`: `gateway start` with the same options,
+    save what is the worker's own (its id, its metrics port, its restarts, the pipe for its last words) and the
+    supervisor's (SUPERVISOR_ONLY). Made from the command's options, so none is left out."""
+    from ..replication.workers import worker_metrics_port
+
+    mine = dataclasses.replace(
+        o,
+        gateway_id=w.id,
+        parent=o.gateway_id if o.workers > 1 else None,
+        metricsport=worker_metrics_port(o.metricsport, w.k),
+        restarts=w.restarts,
+        lastexit=w.last_exit,
+        exitfd=exit_fd,
+        workers=1,
+        supervise=False,
+    )
+    args = [sys.executable, "-m", "streamrepl", "gateway", "start"]
+    for option in start_cmd.params:
+        value = getattr(mine, str(option.name), None) if isinstance(option, click.Option) else None
+        if value is None or (value == option.default and option.name not in SUPERVISOR_ONLY):
+            continue
+        args += [option.opts[0], ("true" if value else "false") if isinstance(value, bool) else str(value)]
+    if registry_file:
+        args += ["-clusters", str(registry_file)]
+    return args
+
+
+def _supervise(o: StartOptions) -> int:
     """`gateway start` (unless -supervise false): the workers' supervisor (replication/workers.py); its exit status.
     A worker's final exit (exits.FINAL) is raised, with the worker's message."""
     import os
@@ -178,29 +211,18 @@ def _supervise(
 
     from .. import settings
     from ..replication.metrics import check_ports
-    from ..replication.workers import Supervisor, Worker, spawn_gateway, worker_metrics_port
+    from ..replication.workers import Supervisor, spawn_gateway, worker_metrics_port
 
     settings.check()  # a bad setting is one error here, not each worker's
-    ports = [p for k in range(1, workers + 1) if (p := worker_metrics_port(metricsport, k))]
-    check_ports(metricsaddr, ports)  # a port in use is one error here, not a worker that stops for good
-    gateway = gateway_id or f"{socket.gethostname()}-{os.getpid()}"
+    ports = [p for k in range(1, o.workers + 1) if (p := worker_metrics_port(o.metricsport, k))]
+    check_ports(o.metricsaddr, ports)  # a port in use is one error here, not a worker that stops for good
+    o = dataclasses.replace(o, gateway_id=o.gateway_id or f"{socket.gethostname()}-{os.getpid()}")
     registry_file = app().clusters_file
 
     def argv(w: Worker, exit_fd: int) -> list[str]:
-        args = [sys.executable, "-m", "streamrepl", "gateway", "start", "-cluster", cluster, "-id", w.id]
-        if workers > 1:
-            args += ["-parent", gateway]
-        args += ["-loglevel", loglevel, "-metricsaddr", metricsaddr, "-exitfd", str(exit_fd)]
-        if w.restarts:
-            args += ["-restarts", str(w.restarts), "-lastexit", w.last_exit]
-        port = worker_metrics_port(metricsport, w.k)
-        if port is not None:
-            args += ["-metricsport", str(port)]
-        if registry_file:
-            args += ["-clusters", str(registry_file)]
-        return args
+        return worker_argv(o, w, exit_fd, registry_file)
 
-    supervisor = Supervisor(gateway, workers, spawn_gateway(argv))
+    supervisor = Supervisor(str(o.gateway_id), o.workers, spawn_gateway(argv))
     supervisor.install_signal_handlers()
     status = supervisor.run()
     if supervisor.final is not None:

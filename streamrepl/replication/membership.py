@@ -31,6 +31,7 @@ from ..errors import StreamreplError
 from ..kafka import Consumer, TopicPartition
 from ..registry import Cluster
 from .links import Link, Unit
+from .reports import REPORT_SECONDS
 from .stats import GatewayStats
 
 log = logging.getLogger("streamrepl.gateway")
@@ -290,10 +291,15 @@ class SlotGroup:
         cluster's gateway reports; `members`: the group's instance ids, see members(); `mine`: the seats this gateway
         holds) that this gateway is the one to adopt (each dead seat falls to one live gateway, by its id's hash, so
         that two do not fence each other in turn)."""
+        # Alive while its next report (due REPORT_SECONDS after its last) is late by less than a session: a gateway
+        # silent that long would have been expired by a broker that expires members. Not statustopic.LIVE_SECONDS
+        # (15 s, for `cluster gateway list`), which made a takeover after a SIGKILL take 16-18 s with 6 s sessions.
+        silent_ms = REPORT_SECONDS * 1000 + self.session_ms
         now_ms = time.time() * 1000
-        live = {str(r.get("gateway")) for r in reports.values() if statustopic.is_live(r, now_ms)}
+        alive = [r for r in reports.values() if not r.get("stopped") and now_ms - r.get("updated", 0) <= silent_ms]
+        live = {str(r.get("gateway")) for r in alive}
         live.add(self.gateway_id)
-        held = {str(s) for r in reports.values() if statustopic.is_live(r, now_ms) for s in r.get("seats", [])}
+        held = {str(s) for r in alive for s in r.get("seats", [])}
         if members is None:
             # The broker does not list the group's members: the gateways that died holding slots.
             members = [str(r.get("gateway")) for r in reports.values() if not r.get("stopped") and r.get("slots")]
