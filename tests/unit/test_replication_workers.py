@@ -4,11 +4,13 @@ broker, no gateway process."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -292,14 +294,32 @@ def test_bad_workers_are_one_line_errors_before_anything_starts(
     assert envelope.code != 0 and json.loads(envelope.stdout)["status"] == "ERROR", envelope
 
 
+@contextlib.contextmanager
+def _port_after_a_free_one() -> Iterator[tuple[socket.socket, int]]:
+    """A port held open whose port before is free (as far as one can tell): worker 1 of `-workers 2` must be able to
+    bind the port before it. Any port below a free one can be another process's."""
+    for _ in range(50):
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        with socket.socket() as before:
+            try:
+                before.bind(("127.0.0.1", port - 1))
+            except OSError:
+                taken.close()
+                continue
+        taken.listen()
+        with taken:
+            yield taken, port
+        return
+    raise AssertionError("no port with a free one before it in 50 tries")
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_metrics_port_in_use_is_one_line_at_once_not_a_worker_restarted_forever(workers: str, tmp_path: Path) -> None:
     reg = tmp_path / "clusters.yaml"
     reg.write_text("default: newyork\nclusters:\n  newyork:\n    bootstrap.servers: 127.0.0.1:1\n")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with _port_after_a_free_one() as (taken, port):
         # -workers 2 from the port before: worker 2's port is the one in use
         first = port - int(workers) + 1
         r = run_proc(
