@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from provenance import provenance
 
 from streamrepl.local import EphemeralClusters
 
@@ -313,16 +313,6 @@ def time_cmd(args: list[str], runs: int = 5) -> float:
         subprocess.run(args, capture_output=True, env=os.environ, check=True)
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
-
-
-def machine() -> dict:
-    model = ""
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "kernel": platform.release()}
 
 
 def kcat_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float | str:
@@ -836,12 +826,13 @@ def main() -> int:
         default="",
         help="also runs with ONE `gateway start -workers N` for each N (comma-separated; rows 'workersN')",
     )
+    ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     a = ap.parse_args()
     gateway_counts = [int(x) for x in a.gateways.split(",") if x]
     worker_counts = [int(x) for x in a.workers.split(",") if x]
     skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
-    res: dict = {"records": n, "rounds": a.rounds, "partitions": PARTITIONS, "machine": machine(), "throughput": []}
+    res: dict = {**provenance(a.note), "records": n, "rounds": a.rounds, "partitions": PARTITIONS, "throughput": []}
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-bench-"))
     res["logs"] = str(logdir)
     with EphemeralClusters([SRC, DST]) as ec:
