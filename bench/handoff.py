@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer, TopicPartition
+from provenance import provenance
 from run import PARTITIONS, compare_copies, join_wait  # bench/ is on the path: this file runs as a script
 
 from streamrepl import kafka, settings
@@ -190,7 +191,9 @@ def main() -> int:
     ap.add_argument("--brokers", default="tansu,noida")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     args = ap.parse_args()
+    about = provenance(args.note)
     results = []
     for broker in args.brokers.split(","):
         logdir = Path(tempfile.mkdtemp(prefix=f"bench-handoff-{broker}-"))
@@ -221,7 +224,7 @@ def main() -> int:
             f" {r['lost']} | {r['doubled']} | {r['misplaced']} |"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({**about, "runs": results}, indent=1) + "\n")
     return 0
 
 
