@@ -50,7 +50,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def start_gateway(logdir: Path, name: str) -> subprocess.Popen:
     out = open(logdir / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
-        [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name],
+        # Unsupervised: the signal must reach the gateway itself. Under its supervisor (the default) a SIGKILL of the
+        # supervisor reaches the worker as the SIGTERM of its parent-death signal, a planned stop, not a crash.
+        [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name, "-supervise", "false"],
         stdout=out,
         stderr=subprocess.STDOUT,
         env=os.environ,

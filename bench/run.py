@@ -707,7 +707,9 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
     from streamrepl import kafka
 
     src, dst = new_link("fo", ["f"], paused=False)
-    gws = {name: start_gateway(logdir, name) for name in ("fo-a", "fo-b")}
+    # Unsupervised, so that the SIGKILL is a crash of the gateway: a supervisor's death reaches its worker as the
+    # SIGTERM of its parent-death signal (a planned stop).
+    gws = {name: start_gateway(logdir, name, "-supervise", "false") for name in ("fo-a", "fo-b")}
     slots_settled(logdir, list(gws))
     p = Producer({"bootstrap.servers": sb, "linger.ms": 1})
     stop = threading.Event()
