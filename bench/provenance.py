@@ -32,11 +32,12 @@ def machine() -> dict:
 
 
 def provenance(note: str) -> dict:
-    """The fields every results file starts with. The command is the script's path from the repository root and
-    its arguments (the interpreter left out: `.venv/bin/python` is how the pages say to run it)."""
+    """The fields every results file starts with. The command is `.venv/bin/python` (how the pages say to run it),
+    the script's path from the repository root and its arguments."""
     script = Path(sys.argv[0]).resolve()
     shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    # Changed code only: what runs (the product and bench/), not the pages or the results files being brought up to date.
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "streamrepl", "bench", ":!bench/results"))
     return {
         "commit": _git("rev-parse", "--short=7", "HEAD"),
         "dirty": dirty,

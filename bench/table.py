@@ -82,14 +82,22 @@ def wan_points(d: dict, rtt: float, partitions: int) -> list[dict]:
 
 
 def gateway_vs_exact_relay_wan(d: dict) -> tuple[str, bool]:
-    rows = wan_points(d, 50, 4)
-    ratios = [r["ratio"] for r in rows if "ratio" in r]
-    if not ratios:
-        raise NoFigure("no round where both relays ran")
-    ratio = statistics.median(ratios)
-    g = statistics.median(rate(r["gateway"]) for r in rows)
-    c = statistics.median(rate(r["c_relay"]) for r in rows)
-    return f"{ratio:.2f}x ({k(g)}/s against {k(c)}/s, {d['size']} B, 4 partitions)", ratio >= 0.9
+    """At 50 ms, 4 partitions: the gateway at least the idempotent C relay through the same line, and at least 0.9x
+    its own rate at 0 ms (issue 28), each the median of the rounds, whole runs."""
+    at50, at0 = wan_points(d, 50, 4), wan_points(d, 0, 4)
+    g50 = statistics.median(rate(r["gateway"]) for r in at50)
+    c50 = statistics.median(rate(r["c_relay"]) for r in at50)
+    g0 = statistics.median(rate(r["gateway"]) for r in at0)
+    steady = [
+        r["gateway"]["steady_records_s"] / rate(r["c_relay"]) for r in at50 if r["gateway"].get("steady_records_s")
+    ]
+    figure = (
+        f"{g50 / c50:.2f}x the C relay ({k(g50)}/s against {k(c50)}/s; after its first record"
+        f" {statistics.median(steady):.2f}x), {g50 / g0:.2f}x itself at 0 ms ({k(g0)}/s)"
+        if steady
+        else f"{g50 / c50:.2f}x the C relay ({k(g50)}/s against {k(c50)}/s), {g50 / g0:.2f}x itself at 0 ms"
+    )
+    return figure, g50 >= c50 and g50 >= 0.9 * g0
 
 
 def resume_across_wan(d: dict) -> tuple[str, bool]:
@@ -202,26 +210,42 @@ class Goal:
 
 GOALS = [
     Goal(
-        "gateway ≥ 0.9x the fastest exact relay (the idempotent C relay) of the same run, 100 B (DESIGN)",
+        "gateway ≥ 0.9x the fastest exact relay (the idempotent C relay) of the same run, 100 B (design)",
         "run",
         gateway_vs_exact_relay(100),
         "throughput-by-record-size",
     ),
     Goal(
-        "the same, 1 KiB (DESIGN)",
+        "the same, 1 KiB (design)",
         "run",
         gateway_vs_exact_relay(1024),
         "throughput-by-record-size",
     ),
-    Goal("the same at a 50 ms round trip to the source (DESIGN, issue 28)", "wan", gateway_vs_exact_relay_wan, "wan"),
+    Goal(
+        "at a 50 ms round trip to the source, 1 KiB, 4 partitions: gateway ≥ the idempotent C relay through the"
+        " same line and ≥ 0.9x itself at 0 ms (design, issue 28)",
+        "wan",
+        gateway_vs_exact_relay_wan,
+        "across-a-wan",
+    ),
     Goal(
         "`replica resume` to the first record ≤ 0.5 s + 3 round trips, at 50 ms (issue 28)",
         "wan",
         resume_across_wan,
-        "wan",
+        "across-a-wan",
     ),
-    Goal("`replica resume` to the first record ≤ 0.5 s, Tansu (issue 6)", "resume-tansu", resume, "resume"),
-    Goal("`replica resume` to the first record ≤ 0.5 s, noida-db (issue 6)", "resume-noida", resume, "resume"),
+    Goal(
+        "`replica resume` to the first record ≤ 0.5 s, Tansu (issue 6)",
+        "resume-tansu",
+        resume,
+        "resume-to-the-first-record",
+    ),
+    Goal(
+        "`replica resume` to the first record ≤ 0.5 s, noida-db (issue 6)",
+        "resume-noida",
+        resume,
+        "resume-to-the-first-record",
+    ),
     Goal(
         "latency through a gateway: p99 ≤ 50 ms at 5,000 records/s (issue 6)",
         "run",
@@ -258,8 +282,13 @@ GOALS = [
         wake_at_800,
         "scale-and-idle-cost",
     ),
-    Goal("copystream ≥ 0.7x a plain producer, Spark start-up apart (issue 6)", "run", copystream, "copystream"),
-    Goal("`streamrepl --help` ≤ 0.3 s (issue 6)", "run", cli_help, "the-command-line"),
+    Goal(
+        "copystream ≥ 0.7x a plain producer, Spark start-up apart (issue 6)",
+        "run",
+        copystream,
+        "copystream-and-the-command-line",
+    ),
+    Goal("`streamrepl --help` ≤ 0.3 s (issue 6)", "run", cli_help, "copystream-and-the-command-line"),
     Goal("gateway RSS ≤ 300 MB during the throughput runs (issue 6)", "run", gateway_rss, "throughput-by-record-size"),
 ]
 
@@ -330,7 +359,7 @@ def throughput(res: Results) -> list[str]:
     ]
     for row in d["throughput"]:
         size = f"{row['value_bytes']:,} B"
-        gws = [(g, f"gateway, {g[7:]} process(es)") for g in row if g.startswith("gateway")]
+        gws = [(g, f"gateway, {g[7:]} process{'' if g[7:] == '1' else 'es'}") for g in row if g.startswith("gateway")]
         gws += [(g, f"`gateway start -workers {g[7:]}`") for g in row if g.startswith("workers")]
         for key, label in labels + gws:
             r = row.get(key)
@@ -399,11 +428,14 @@ def wan(res: Results) -> list[str]:
 
 
 def resume_table(res: Results) -> list[str]:
-    lines = ["| broker | runs (s) | median | max | target |", "|---|---|---:|---:|---:|"]
+    lines = ["| broker | runs (s) | median | max | target | poll period |", "|---|---|---:|---:|---:|---:|"]
     for name in ("resume-tansu", "resume-noida"):
         d = doc(res, name)
         runs = ", ".join(f"{x:.3f}" for x in d["runs_s"])
-        lines.append(f"| {d['broker']} | {runs} | {d['median_s']:.3f} s | {d['max_s']:.3f} s | {d['target_s']} s |")
+        lines.append(
+            f"| {d['broker']} | {runs} | {d['median_s']:.3f} s | {d['max_s']:.3f} s | {d['target_s']} s |"
+            f" {d['change_poll_s']} s |"
+        )
     return lines
 
 
