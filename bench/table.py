@@ -344,7 +344,8 @@ def throughput(res: Results) -> list[str]:
     rounds = d.get("rounds", 1)
     lines = [
         f"{d['records']:,} records a run, {d['partitions']} partitions, Tansu; the median of {rounds} rounds"
-        " (each round runs every relay once, in turn). Ratios are the medians of each round's own ratio.",
+        " (each round runs every relay once,",
+        "in turn). Ratios are the medians of each round's own ratio.",
         "",
         "| size | relay | records/s | MB/s | x ceiling | x idempotent C relay | after the first record |"
         " CPU µs a record, own + brokers | rounds (records/s) |",
