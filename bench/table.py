@@ -414,6 +414,9 @@ def wan(res: Results) -> list[str]:
     for r in d.get("sweep", []):
         points.setdefault((r["rtt_ms"], r["partitions"]), []).append(r)
 
+    def ratio_of(r: dict) -> str:
+        return f"{r['ratio']:.2f}" if "ratio" in r else "-"
+
     def each(rows: list[dict], f: Callable[[dict], str]) -> str:
         return " / ".join(f(r) for r in rows)
 
@@ -422,7 +425,7 @@ def wan(res: Results) -> list[str]:
             f"| {rtt:g} ms | {parts} | {each(rows, lambda r: k(rate(r['c_relay'])))} |"
             f" {each(rows, lambda r: k(rate(r['gateway'])))} |"
             f" {each(rows, lambda r: k(r['gateway'].get('steady_records_s') or 0))} |"
-            f" {each(rows, lambda r: str(r.get('ratio', '-')))} |"
+            f" {each(rows, ratio_of)} |"
             f" {each(rows, lambda r: str(r['gateway'].get('first_record_s', '-')))} s |"
         )
     return lines
