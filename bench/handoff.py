@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer, TopicPartition
+from provenance import provenance
 from run import PARTITIONS, compare_copies, join_wait  # bench/ is on the path: this file runs as a script
 
 from streamrepl import kafka, settings
@@ -49,8 +50,8 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def start_gateway(logdir: Path, name: str) -> subprocess.Popen:
     out = open(logdir / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
-        # Unsupervised: a SIGKILL must kill the gateway itself (a supervisor killed with -9 has its worker drain and
-        # leave, which measured a planned stop instead of a crash).
+        # Unsupervised: the signal must reach the gateway itself. Under its supervisor (the default) a SIGKILL of the
+        # supervisor reaches the worker as the SIGTERM of its parent-death signal, a planned stop, not a crash.
         [PY, "-m", "streamrepl", "gateway", "start", "-cluster", DST, "-id", name, "-supervise", "false"],
         stdout=out,
         stderr=subprocess.STDOUT,
@@ -192,7 +193,9 @@ def main() -> int:
     ap.add_argument("--brokers", default="tansu,noida")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     args = ap.parse_args()
+    about = provenance(args.note)
     results = []
     for broker in args.brokers.split(","):
         logdir = Path(tempfile.mkdtemp(prefix=f"bench-handoff-{broker}-"))
@@ -223,7 +226,7 @@ def main() -> int:
             f" {r['lost']} | {r['doubled']} | {r['misplaced']} |"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({**about, "runs": results}, indent=1) + "\n")
     return 0
 
 

@@ -13,6 +13,7 @@ floor of what a resume can cost without a push from the metadata writer.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from provenance import provenance  # bench/ is on the path: this file runs as a script
 
 from streamrepl import registry, replicas
 from streamrepl.local import EphemeralClusters
@@ -76,7 +78,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--broker", default="tansu", choices=["tansu", "noida"])
+    ap.add_argument("--json", type=Path, help="also write the results to this file")
+    ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     args = ap.parse_args()
+    about = provenance(args.note)
     logdir = Path(tempfile.mkdtemp(prefix="bench-resume-"))
     with EphemeralClusters(["sanfrancisco", "newyork"], broker=args.broker) as ec:
         os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
@@ -105,6 +110,17 @@ def main() -> int:
         f"  yardstick: the gateway's plan-change poll period {CHANGE_POLL_SECONDS} s ({median / CHANGE_POLL_SECONDS:.1f}x)"
     )
     print(f"  gateway log: {logdir / 'gateway.log'}")
+    if args.json:
+        res = {
+            **about,
+            "broker": args.broker,
+            "runs_s": [round(t, 3) for t in times],
+            "median_s": round(median, 3),
+            "max_s": round(max(times), 3),
+            "target_s": TARGET,
+            "change_poll_s": CHANGE_POLL_SECONDS,
+        }
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
     return 0
 
 

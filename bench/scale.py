@@ -56,6 +56,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import provenance  # noqa: E402  (bench/ is on the path: this file runs as a script)
+
 from streamrepl.local import EphemeralClusters  # noqa: E402
 
 SRC, DST = "sanfrancisco", "newyork"
@@ -515,11 +517,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="hang guard for each wait")
     ap.add_argument("--setup-only", action="store_true", help="only create the streams and time it (no gateway)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     a = ap.parse_args()
+    about = provenance(a.note)
     rows = [run_size(s, a) for s in a.sizes.split(",") if s.strip()]
     (report_setup if a.setup_only else report)(rows)
     if a.json:
-        a.json.write_text(json.dumps(rows, indent=2) + "\n")
+        a.json.write_text(json.dumps({**about, "broker": a.broker, "sizes": rows}, indent=2) + "\n")
     return 0
 
 

@@ -37,6 +37,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402
+from provenance import provenance  # noqa: E402
 
 from streamrepl.local import EphemeralClusters  # noqa: E402
 from streamrepl.local_brokers import Tansu  # noqa: E402
@@ -347,6 +348,7 @@ def main() -> int:
         help="a client setting in the source's registry entry (the gateway's clients only; repeatable)",
     )
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     a = ap.parse_args()
     a.rtts = [float(x) for x in a.rtts.split(",") if x]
     a.partitions = [int(x) for x in a.partitions.split(",") if x]
@@ -354,7 +356,7 @@ def main() -> int:
     if not bench.C_RELAY.exists() and not a.line_only:
         print("no C relay: run bench/setup", file=sys.stderr)
         return 2
-    res: dict = {"records": a.records, "size": a.size, "machine": bench.machine(), "started": time.time()}
+    res: dict = {**provenance(a.note), "records": a.records, "size": a.size, "started": time.time()}
     res["source_props"] = a.source_props
     if not a.skip_line:
         bench.log("the delay line alone")
