@@ -20,7 +20,7 @@ from ..applier import ReplicaConflict
 from ..divergence import filler_tail, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer
 from .feeds import SourceFeeds
-from .guard import Conflict, Fail, LetGo, ReplicaGuard, Restart, quiet_for_long
+from .guard import Conflict, Fail, LetGo, ReplicaGuard, Restart, Reverify, quiet_for_long
 from .links import Link, Unit
 from .quiet import QuietFeeds
 from .state import UnitState
@@ -168,6 +168,9 @@ class Mover:
             verdict = self.guard.check_reread(state, link, batch)
             if isinstance(verdict, Fail):
                 self.table.fail(state.unit, verdict.error)
+                return
+            if isinstance(verdict, Reverify):
+                self.table.reverify_feed(state, link.name)
                 return
         now = time.monotonic()
         if quiet_for_long(state, now, cast(int, last.offset())):

@@ -12,7 +12,7 @@ from streamrepl import kafka
 from streamrepl.applier import OffsetPreservingWriter
 from streamrepl.divergence import tail_of
 from streamrepl.replication import guard as guard_module
-from streamrepl.replication.guard import Conflict, Fail, LetGo, ReplicaGuard, Restart, quiet_for_long
+from streamrepl.replication.guard import Conflict, Fail, LetGo, ReplicaGuard, Restart, Reverify, quiet_for_long
 from streamrepl.replication.links import Unit
 from streamrepl.replication.state import UnitState
 from streamrepl.replication.stats import GatewayStats
@@ -71,3 +71,18 @@ def test_a_source_that_diverged_is_a_fail_verdict_and_a_source_down_is_asked_aga
     probe.down = True
     guard = ReplicaGuard(LogConsumer({}), lambda cluster: probe, GatewayStats("test"))  # type: ignore[arg-type]
     assert guard.check_source(state, link(), kafka.TopicPartition(SKT, 0)) == "down"
+
+
+def test_source_records_reread_below_the_replicas_end_are_compared_now_or_before_the_feed_goes_on() -> None:
+    """A sole feed reading its source below the replica's end again (the source shrank, or reset the feed's position):
+    the source is compared with the replica now when it may be asked (nothing in flight, not asked a moment ago);
+    else the feed must stop until it was compared (tests/sim seed 940: let go on unchecked, a source that shrank and
+    then went quiet was never compared again, and `replica list` said up to date)."""
+    guard, state, _ = rig(replicated(10))
+    state.tail = tail_of(replicated(10)[-1], "DST")
+    state.feeds[link().name] = (link(), kafka.TopicPartition(SKT, 0))
+    batch = history(5)  # offsets 0-4, all below the replica's last offset 9
+    state.checked_at = 0.0
+    assert guard.check_reread(state, link(), batch) is True, "compared now: the source's records match"
+    state.checked_at = 1e12  # compared a moment ago
+    assert guard.check_reread(state, link(), batch) == Reverify()
