@@ -250,69 +250,93 @@ class Gateway:
                 delay = min(delay * 2, 10.0)
 
     def run(self, max_seconds: float | None = None) -> None:
+        if not self.begin():
+            return
+        started = time.monotonic()
+        try:
+            while not self.stopping:
+                if max_seconds is not None and time.monotonic() - started > max_seconds:
+                    break
+                wait = self.step()
+                if wait is None:
+                    break
+                if wait == "news":
+                    assert self.partitions.quiet is not None
+                    self.partitions.quiet.wait_for_news(IDLE_SLEEP_ALL_QUIET)
+                elif isinstance(wait, float) and wait > 0:
+                    time.sleep(wait)
+        finally:
+            self.shutdown()
+
+    def begin(self, threads: bool = True) -> bool:
+        """Everything before the loop: wait for the destination, check the gateway list, report, join the slot group,
+        start the helpers. False: stopped meanwhile. `threads=False` (the simulated cluster, docs/simulation.md)
+        starts no thread and no cursor sync: the caller drives the plan watcher (PlanWatcher.refresh) and step()."""
         self._wait_for_destination()
         if self.stopping:
-            return
+            return False
         refusal = self.allow_list.check_now()
         if refusal:  # before joining the group (or probing its brokers): a gateway not on the list never takes a slot
             raise PermissionDenied(refusal)
         if self.discover and discovery.for_gateway(self.cluster) and self.leave_group:
             self.leave_group = None  # decided at the stop, once the LeaveGroup probe had its time
-        self.allow_list.start()
+        if threads:
+            self.allow_list.start()
         # Reported before joining: a member of the slot group without a fresh report could be taken for a dead
         # gateway's and its seat adopted (membership.SlotGroup.adopt_dead).
         self.reports.all()
         self.group.join()
-        # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
-        self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
+        if threads:
+            # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
+            self.cursor_sync = CursorSyncProcess(self, self.tuning.cursor_sync_seconds).start()
         self._replan = True
-        self.watcher.start()
-        self.pause_watch.start()
-        plan_applied: tuple[Plan, set[str]] | None = None
-        next_report = next_gate_check = 0.0
-        reported_holding = (0, 0)
-        started = last_busy = time.monotonic()
+        if threads:
+            self.watcher.start()
+            self.pause_watch.start()
+        self._plan_applied: tuple[Plan, set[str]] | None = None
+        self._next_report = self._next_gate_check = 0.0
+        self._reported_holding = (0, 0)
+        self._last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
-        try:
-            while not self.stopping:
-                now = time.monotonic()
-                if max_seconds is not None and now - started > max_seconds:
-                    break
-                if self.allow_list.refusal:
-                    self.refused = self.allow_list.refusal
-                    break
-                self.registry_watch.check([self.cluster.name, *(link.src_cluster.name for link in self._links())])
-                frozen = self.pause_watch.take()
-                if frozen and self.partitions.units:
-                    self.mover.restart_writes(
-                        f"this gateway stood still for {frozen:.1f} s (frozen, or starved of CPU), long enough for its"
-                        " slots to have moved to another gateway"
-                    )
-                self.group.poll()  # drives heartbeats and rebalances
-                if self.mover.restart_pending and now >= next_gate_check:
-                    next_gate_check = now + 0.5
-                    self._replan = True  # take the partitions up again once the destination is back
-                published = self.watcher.published
-                if published is not None and (published is not plan_applied or self._replan):
-                    plan_applied, self._replan = published, False
-                    self.apply_plan(*published)
-                busy = self.mover.move_once()
-                # Report at once when what this gateway holds changed: `cluster gateway list` showed 0 slots for up
-                # to a report period after a gateway had taken its partitions up.
-                holding = (len(self.group.slots), len(self.partitions.units))
-                if now >= next_report or holding != reported_holding:
-                    next_report, reported_holding = now + REPORT_SECONDS, holding
-                    self.reports.all()
-                if busy:
-                    last_busy = now
-                elif now - last_busy < QUIET_AFTER:
-                    time.sleep(IDLE_SLEEP)
-                elif self.partitions.quiet is not None and self.partitions.all_quiet():
-                    self.partitions.quiet.wait_for_news(IDLE_SLEEP_ALL_QUIET)
-                else:
-                    time.sleep(IDLE_SLEEP_QUIET)
-        finally:
-            self.shutdown()
+        return True
+
+    def step(self) -> float | str | None:
+        """One pass of the loop: returns how long to sleep (0: go on), "news" (wait for a quiet feed's news), or None
+        when the gateway must stop (its gateway list refused it)."""
+        now = time.monotonic()
+        if self.allow_list.refusal:
+            self.refused = self.allow_list.refusal
+            return None
+        self.registry_watch.check([self.cluster.name, *(link.src_cluster.name for link in self._links())])
+        frozen = self.pause_watch.take()
+        if frozen and self.partitions.units:
+            self.mover.restart_writes(
+                f"this gateway stood still for {frozen:.1f} s (frozen, or starved of CPU), long enough for its"
+                " slots to have moved to another gateway"
+            )
+        self.group.poll()  # drives heartbeats and rebalances
+        if self.mover.restart_pending and now >= self._next_gate_check:
+            self._next_gate_check = now + 0.5
+            self._replan = True  # take the partitions up again once the destination is back
+        published = self.watcher.published
+        if published is not None and (published is not self._plan_applied or self._replan):
+            self._plan_applied, self._replan = published, False
+            self.apply_plan(*published)
+        busy = self.mover.move_once()
+        # Report at once when what this gateway holds changed: `cluster gateway list` showed 0 slots for up
+        # to a report period after a gateway had taken its partitions up.
+        holding = (len(self.group.slots), len(self.partitions.units))
+        if now >= self._next_report or holding != self._reported_holding:
+            self._next_report, self._reported_holding = now + REPORT_SECONDS, holding
+            self.reports.all()
+        if busy:
+            self._last_busy = now
+            return 0.0
+        if now - self._last_busy < QUIET_AFTER:
+            return IDLE_SLEEP
+        if self.partitions.quiet is not None and self.partitions.all_quiet():
+            return "news"
+        return IDLE_SLEEP_QUIET
 
     def shutdown(self) -> None:
         self.pause_watch.stop()

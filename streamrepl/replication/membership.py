@@ -113,6 +113,9 @@ class SlotGroup:
         self._look: threading.Thread | None = None
         self._found: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._admin: Any = None
+        #: the look runs in a thread of its own (False: in poll's thread, for the simulated cluster, which drives
+        #: every step itself: docs/simulation.md)
+        self.threaded_look = True
         #: static member (docs/brokers.md): decided at join(), once the broker's answers are known
         self.static = False
         self.gateway_id = gateway_id
@@ -262,7 +265,9 @@ class SlotGroup:
             self.retire_adopted()
         except (StreamreplError, kafka.KafkaException) as e:
             log.warning("gateway %s: an adopted seat could not be left (%s)", self.gateway_id, e)
-        if self._look is None or not self._look.is_alive():
+        if not self.threaded_look:
+            self._look_for_dead({self.gateway_id, *self.adopted})
+        elif self._look is None or not self._look.is_alive():
             mine = {self.gateway_id, *self.adopted}
             self._look = threading.Thread(target=self._look_for_dead, args=(mine,), name="seat-look", daemon=True)
             self._look.start()
