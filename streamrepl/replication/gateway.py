@@ -56,6 +56,8 @@ QUIET_AFTER = 1.0
 #: it meanwhile (rebalances of the slot group, the sweeps, the reports) waits this long at most. At 800 partitions
 #: the loop's 100 passes a second were half of an idle gateway's own CPU, 20 a second still a third of it.
 IDLE_SLEEP_ALL_QUIET = 0.25
+#: how long a starting gateway waits for its first report to be delivered before it joins the slot group
+REPORT_FLUSH_SECONDS = 10.0
 
 
 class Gateway:
@@ -285,6 +287,10 @@ class Gateway:
         # Reported before joining: a member of the slot group without a fresh report could be taken for a dead
         # gateway's and its seat adopted (membership.SlotGroup.adopt_dead).
         self.reports.all()
+        # ...and delivered first: a gateway killed after joining with its report still queued left a member that
+        # no gateway ever adopted (no report: none of streamrepl's), and on a broker that never expires it the
+        # slot group waited for it for good (tests/sim, docs/simulation.md).
+        self.mover.flush(REPORT_FLUSH_SECONDS)
         self.group.join()
         if threads:
             # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).

@@ -212,6 +212,9 @@ class Model:
         self.current_gateway = ""
         #: every client made, with the gateway it was made for (a killed gateway's are left alone)
         self.clients: list[tuple[str, Any]] = []
+        #: the gateways whose process is dead or frozen: their consumers send no heartbeats (librdkafka sends them
+        #: from a thread of its own, so a live process's members stay in their group while it waits in a request)
+        self.silent: set[str] = set()
 
     def add(self, name: str, exact_watermark: bool = True, expires_members: bool = True) -> Broker:
         b = self.brokers[name] = Broker(self, name, exact_watermark, expires_members)
@@ -224,7 +227,7 @@ class Model:
         broker = self.broker_of(cluster)
         client: Any
         if kind is Consumer:
-            client = SimConsumer(broker, conf)
+            client = SimConsumer(broker, conf, self.current_gateway)
         elif kind is Producer:
             client = SimProducer(broker, conf, self.current_gateway)
         elif kind is AdminClient:
@@ -306,6 +309,10 @@ class Group:
         if not self.broker.expires_members:
             return
         now = self.now()
+        silent = self.broker.model.silent
+        for m in self.members.values():
+            if not m.consumer.closed and m.consumer.gateway not in silent and self.broker.up:
+                m.last_seen = now  # its background heartbeats
         gone = [m for m in self.members.values() if now - m.last_seen > m.session_ms / 1000]
         for m in gone:
             del self.members[m.id]
@@ -359,8 +366,8 @@ class Group:
 
 # -- clients -----------------------------------------------------------------------------------------
 class SimConsumer:
-    def __init__(self, broker: Broker, conf: dict[str, Any]):
-        self.broker, self.conf = broker, conf
+    def __init__(self, broker: Broker, conf: dict[str, Any], gateway: str = ""):
+        self.broker, self.conf, self.gateway = broker, conf, gateway
         self.clock = broker.model.clock
         self.eof = bool(conf.get("enable.partition.eof", False))
         #: (topic, partition) -> [next offset to fetch, consumed since assigned, EOF reported at this offset]

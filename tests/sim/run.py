@@ -10,16 +10,17 @@ import argparse
 import sys
 import time
 
-from .world import World, replay_command
+from .world import PROFILES, World, replay_command
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.sim.run")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--seeds", help="a range A-B (B excluded)")
+    ap.add_argument("--profile", default="default", choices=sorted(PROFILES))
     args = ap.parse_args(argv)
     if args.seed is not None:
-        out = World(args.seed).run()
+        out = World(args.seed, args.profile).run()
         print(f"seed {out.seed}: {out.config}")
         for e in out.events:
             print("  ", e)
@@ -30,10 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     a, b = (int(x) for x in (args.seeds or "0-100").split("-"))
     started, failed = time.monotonic(), []
     for seed in range(a, b):
-        out = World(seed).run()
+        out = World(seed, args.profile).run()
         if not out.ok:
             failed.append(seed)
-            print(f"seed {seed} FAILED: {out.violations[0]}\n  replay: {replay_command(seed)}", flush=True)
+            print(
+                f"seed {seed} FAILED: {out.violations[0]}\n  replay: {replay_command(seed, args.profile)}", flush=True
+            )
     took = time.monotonic() - started
     print(f"{b - a} seeds in {took:.1f} s ({(b - a) / took:.1f}/s), {len(failed)} failed: {failed}")
     return 1 if failed else 0

@@ -59,9 +59,20 @@ def draw_config(rng: random.Random) -> Config:
     return Config(rng.choice(sorted(FLAVOURS)), rng.randint(1, 3), rng.randint(1, 3), rng.randint(40, 160), faults)
 
 
+def draw_restart(rng: random.Random) -> Config:
+    """Gateways killed and new ones started (new ids), on a broker that never expires a dead member (issue 23)."""
+    return Config("noida", rng.randint(1, 3), rng.randint(1, 2), rng.randint(40, 160), ("kill", "restart_new"))
+
+
+#: how a schedule's configuration is drawn from its seed (`--profile` of run.py)
+PROFILES = {"default": draw_config, "restart": draw_restart}
+
+
 @dataclass
 class SimGateway:
     gw: Gateway
+    #: the process (an id started again is another process): what the model knows its clients by
+    tag: str = ""
     alive: bool = True
     frozen_until: float = 0.0
     next_refresh: float = 0.0
@@ -81,10 +92,11 @@ class Outcome:
 
 
 class World:
-    def __init__(self, seed: int, config: Config | None = None):
+    def __init__(self, seed: int, profile: str = "default"):
         self.seed = seed
         self.rng = random.Random(seed)
-        self.config = config or draw_config(self.rng)
+        self.profile = profile
+        self.config = PROFILES[profile](self.rng)
         self.clock = simclock.SimClock()
         self.model = Model(self.clock, random.Random(seed * 7919 + 1))
         exact, expires, static, leave = FLAVOURS[self.config.flavour]
@@ -101,6 +113,8 @@ class World:
             {n: Cluster(n, {"bootstrap.servers": f"sim:{n}", **props}) for n in ("sf", "ny")},
         )
         self.gateways: dict[str, SimGateway] = {}
+        #: every gateway process started (an id started again replaces its entry in `gateways`, not here)
+        self.procs: list[SimGateway] = []
         self.ids = 0
         self.out = Outcome(seed, self.config)
         #: (partition, offset) -> every source record ever written there (a changed history has several)
@@ -126,7 +140,8 @@ class World:
         if gid is None:
             self.ids += 1
             gid = f"gw{self.ids}"
-        self.model.current_gateway = gid
+        tag = f"{gid}#{len(self.out.events)}"
+        self.model.current_gateway = tag
         gw: Gateway | None = None
         try:
             gw = Gateway(
@@ -145,13 +160,15 @@ class World:
         except StreamreplError as e:
             # `gateway start` exits with this error; its supervisor starts it again later (restart_same)
             if gw is not None:
-                self.gateways[gid] = SimGateway(gw, alive=False)
+                self.gateways[gid] = SimGateway(gw, tag, alive=False)
+                self.procs.append(self.gateways[gid])
             self.event(f"start {gid} failed: {e}")
             return
         finally:
             self.model.current_gateway = ""
         assert gw is not None
-        self.gateways[gid] = SimGateway(gw)
+        self.gateways[gid] = SimGateway(gw, tag)
+        self.procs.append(self.gateways[gid])
         self.event(f"start {gid}")
 
     def live(self) -> list[SimGateway]:
@@ -161,6 +178,7 @@ class World:
         gw = g.gw
         if self.clock.now < g.frozen_until:
             return
+        self.model.current_gateway = g.tag
         try:
             if self.clock.now >= g.next_refresh:
                 g.next_refresh = self.clock.now + 2.0
@@ -175,6 +193,8 @@ class World:
         except Exception as e:  # noqa: BLE001 - the gateway's process would die of it: a finding
             g.alive = False
             self.out.violations.append(f"{gw.id} died of {e!r} at t={self.clock.now - 1000:.2f}")
+        finally:
+            self.model.current_gateway = ""
         self.out.steps += 1
 
     # -- faults ------------------------------------------------------------------------------------
@@ -242,7 +262,11 @@ class World:
             g.frozen_until = 0.0
 
     # -- the run -----------------------------------------------------------------------------------
+    def mark_silent(self) -> None:
+        self.model.silent = {g.tag for g in self.procs if not g.alive or self.clock.now < g.frozen_until}
+
     def tick(self, faults: bool) -> None:
+        self.mark_silent()
         self.clock.advance(self.rng.choice((0.01, 0.05, 0.2)))
         if self.rng.random() < 0.6:
             self.write_source(self.rng.randint(1, 4))
@@ -286,6 +310,7 @@ class World:
         self.write_source(self.config.partitions * 2)
         deadline = self.clock.now + SETTLE_SECONDS
         while self.clock.now < deadline:
+            self.mark_silent()
             self.clock.advance(0.2)
             for g in self.live():
                 self.step_gateway(g)
@@ -395,12 +420,13 @@ class World:
                     self.out.violations.append(f"replica list says isUptodate while partition {p} is not: {bad}")
 
 
-def run_seed(seed: int) -> Outcome:
-    return World(seed).run()
+def run_seed(seed: int, profile: str = "default") -> Outcome:
+    return World(seed, profile).run()
 
 
-def replay_command(seed: int) -> str:
-    return f"PYTHONPATH=. python -m tests.sim.run --seed {seed}"
+def replay_command(seed: int, profile: str = "default") -> str:
+    extra = f" --profile {profile}" if profile != "default" else ""
+    return f"PYTHONPATH=. python -m tests.sim.run --seed {seed}{extra}"
 
 
 def broker(world: World, name: str) -> Broker:

@@ -1,0 +1,76 @@
+"""The simulated cluster (docs/simulation.md): the gateway's real code against the in-memory Kafka model, one
+seeded fault schedule per seed. The default run tries a few hundred seeds; `pytest -m sim tests/sim` tries 10,000+.
+A failing seed is reported with the one command that replays it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .world import World, replay_command
+
+#: seeds that fail now, with why: kept as tests (test_known_failures) until they pass
+KNOWN = {
+    61: "crash_src: the source lost a tail the replica holds; the sim's source consumers do not report the lost"
+    " connection (the real ones call Partitions.source_lost), so the changed history goes unseen",
+    252: "crash_src, as seed 61",
+    296: "crash_src, as seed 61",
+    106: "noida, crash_dst with lost answers: a failed partition's replica holds a record no source had there"
+    " (not triaged yet: model or gateway)",
+}
+
+#: the restart stall (issue 23): a new gateway after the last one was SIGKILLed on a broker that never expires a
+#: dead member; fails when SlotGroup's look for dead seats is taken out (docs/simulation.md)
+STALL_SEED = (1, "restart")
+
+
+def sweep(seeds: range, profile: str = "default") -> list[str]:
+    failed = []
+    for seed in seeds:
+        if profile == "default" and seed in KNOWN:
+            continue
+        out = World(seed, profile).run()
+        if not out.ok:
+            failed.append(f"seed {seed}: {out.violations[0]}\n    replay: {replay_command(seed, profile)}")
+    return failed
+
+
+def test_a_few_hundred_schedules_keep_the_contract() -> None:
+    failed = sweep(range(0, 250))
+    assert not failed, "\n".join(failed)
+
+
+def test_new_gateways_after_kills_on_a_broker_that_never_expires_members() -> None:
+    failed = sweep(range(0, 60), "restart")
+    assert not failed, "\n".join(failed)
+
+
+def test_the_restart_stall_seed() -> None:
+    seed, profile = STALL_SEED
+    out = World(seed, profile).run()
+    assert out.ok, f"{out.violations}\nreplay: {replay_command(seed, profile)}"
+
+
+def test_a_gateway_killed_before_its_first_report_landed_gets_its_seat_adopted() -> None:
+    """Seed 19 (restart profile): gw1 joined the slot group and was killed with its first report still queued; no
+    gateway ever adopted its seat (a member without a report is none of streamrepl's) and the group waited for it
+    for good. Failed before Gateway.begin flushed the report before joining."""
+    out = World(19, "restart").run()
+    assert out.ok, f"{out.violations}\nreplay: {replay_command(19, 'restart')}"
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN))
+def test_known_failures(seed: int) -> None:
+    out = World(seed).run()
+    if not out.ok:
+        pytest.xfail(f"{KNOWN[seed]}; replay: {replay_command(seed)}")
+    pytest.fail(f"seed {seed} passes now: move it out of KNOWN")
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("chunk", range(int(os.environ.get("SIM_CHUNKS", "20"))))
+def test_ten_thousand_schedules(chunk: int) -> None:
+    """`pytest -m sim tests/sim`: 20 chunks of 450 default schedules and 50 restart ones (10,000 in all)."""
+    failed = sweep(range(chunk * 450, chunk * 450 + 450)) + sweep(range(chunk * 50, chunk * 50 + 50), "restart")
+    assert not failed, "\n".join(failed)
