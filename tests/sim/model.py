@@ -31,6 +31,17 @@ def _exc(code: int, reason: str = "", fatal: bool = False) -> KafkaException:
     return KafkaException(KafkaError(code, reason or None, fatal=fatal))
 
 
+def report_lost(client: Any) -> None:
+    """librdkafka's error_cb for a connection lost: once for each crash of the broker since the client last ran, and
+    while the broker is down."""
+    b = client.broker
+    if client.seen_crashes != b.crashes or not b.up:
+        client.seen_crashes = b.crashes
+        cb = client.conf.get("error_cb")
+        if cb is not None:
+            cb(KafkaError(KafkaError._TRANSPORT, f"{b.name}: connection lost"))
+
+
 class Msg:
     """A record (or an event: error set) as confluent_kafka hands it over."""
 
@@ -115,6 +126,8 @@ class Broker:
         self.pstate: dict[tuple[int, str, int], tuple[int, int, dict[int, int]]] = {}
         self.groups: dict[str, Group] = {}
         self.down_until = 0.0
+        #: how many times it crashed: a client that had a connection before a crash reports it lost (error_cb)
+        self.crashes = 0
         #: probability that a request fails (transport error) while set by a fault
         self.flaky = 0.0
         self.flaky_until = 0.0
@@ -136,6 +149,7 @@ class Broker:
     def crash(self, down_for: float) -> None:
         """The broker dies and restarts: what was not saved is lost, producer states are rebuilt from the log."""
         self.down_until = self.model.clock.monotonic() + down_for
+        self.crashes += 1
         for tname, t in self.topics.items():
             for p, part in enumerate(t.partitions):
                 if part.saved < part.end:
@@ -374,6 +388,7 @@ class SimConsumer:
         self.pos: dict[tuple[str, int], list[Any]] = {}
         self.paused: set[tuple[str, int]] = set()
         self.member: Member | None = None
+        self.seen_crashes = broker.crashes
         self.group: Group | None = None
         self.callbacks: dict[str, Callable[..., Any]] = {}
         self.fenced = False
@@ -435,6 +450,7 @@ class SimConsumer:
         if self.closed:
             raise RuntimeError("Consumer closed")
         out: list[Msg] = []
+        report_lost(self)
         if not self.broker.up:
             self._wait(timeout)
             return out
@@ -568,6 +584,7 @@ class SimProducer:
         self.pid = next(broker.model.ids)
         broker.model.owner_of_pid[self.pid] = gateway
         self.gateway = gateway
+        self.seen_crashes = broker.crashes
         self.epoch = 0
         self.seqs: dict[tuple[str, int], int] = {}
         self.queue: list[Queued] = []
@@ -642,8 +659,8 @@ class SimProducer:
         if expired:
             self.epoch += 1
             self.seqs = {}
-        if left and self.error_cb is not None:
-            self.error_cb(KafkaError(KafkaError._TRANSPORT, f"{self.broker.name}: broker down"))
+        if left or self.seen_crashes != self.broker.crashes:
+            report_lost(self)
 
     def _append(self, q: Queued) -> tuple[KafkaError | None, int]:
         b = self.broker

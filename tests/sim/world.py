@@ -21,6 +21,8 @@ from streamrepl.replication.gateway import Gateway
 from streamrepl.replication.links import Unit
 from streamrepl.replication.membership import GatewayFenced, SeatTaken
 from streamrepl.replication.pauses import PauseWatch
+from streamrepl.replication.quiet import reports_lost_connection
+from streamrepl.replication.reports import REPORT_SECONDS
 from streamrepl.settings import GatewaySettings
 
 from . import clock as simclock
@@ -75,6 +77,8 @@ class SimGateway:
     tag: str = ""
     alive: bool = True
     frozen_until: float = 0.0
+    #: the simulated time at the end of its last step
+    stepped_at: float = 0.0
     next_refresh: float = 0.0
 
 
@@ -143,14 +147,17 @@ class World:
         tag = f"{gid}#{len(self.out.events)}"
         self.model.current_gateway = tag
         gw: Gateway | None = None
+        made: list[Gateway] = []
+
+        def source_consumer(cluster: Cluster) -> kafka.Consumer:
+            # replication.partitions.source_consumer without its thread (discovery.learn_cached): a lost connection
+            # is reported to the partition table, as by the gateway's own
+            on_lost = made[0].partitions.source_lost
+            return kafka.consumer(cluster, **{"fetch.wait.max.ms": 10, **reports_lost_connection(cluster, on_lost)})
+
         try:
-            gw = Gateway(
-                self.reg,
-                "ny",
-                gid,
-                TUNING,
-                new_source_consumer=lambda cluster, **_: kafka.consumer(cluster, **{"fetch.wait.max.ms": 10}),
-            )
+            gw = Gateway(self.reg, "ny", gid, TUNING, new_source_consumer=source_consumer)
+            made.append(gw)
             gw.group.threaded_look = False
             gw.pause_watch = PauseWatch(gw.pause_watch.limit, clock=self.clock.monotonic)
             if not self.dst.up:
@@ -195,6 +202,7 @@ class World:
             self.out.violations.append(f"{gw.id} died of {e!r} at t={self.clock.now - 1000:.2f}")
         finally:
             self.model.current_gateway = ""
+            g.stepped_at = self.clock.now
         self.out.steps += 1
 
     # -- faults ------------------------------------------------------------------------------------
@@ -319,6 +327,14 @@ class World:
                 self.start_gateway()
             if self.settled():
                 break
+        # The gateways' reports of what they hold and what failed land within a report period (reports.py): what
+        # `replica list` says is checked once they could have.
+        until = self.clock.now + REPORT_SECONDS + 1
+        while self.clock.now < until:
+            self.mark_silent()
+            self.clock.advance(0.2)
+            for g in self.live():
+                self.step_gateway(g)
         self.check_replicas(final=True)
         self.check_uptodate()
         errored = self.errored()
@@ -395,7 +411,10 @@ class World:
     def check_owners(self) -> None:
         held: dict[Unit, str] = {}
         for g in self.live():
-            if self.clock.now < g.frozen_until:
+            # One gateway's step that waits (a flush, a request timing out) moves the clock for all: the others stood
+            # still meanwhile, as if frozen; one that stood still past its pause watch's limit lets everything go at
+            # its next step, before it writes (pauses.py), so it is not counted until then.
+            if self.clock.now < g.frozen_until or self.clock.now - g.stepped_at > g.gw.pause_watch.limit:
                 continue
             for unit in g.gw.partitions.units:
                 if unit in held:
