@@ -301,7 +301,7 @@ class Gateway:
             self.pause_watch.start()
         self._plan_applied: tuple[Plan, set[str]] | None = None
         self._next_report = self._next_gate_check = 0.0
-        self._reported_holding = (0, 0)
+        self._reported_holding = (0, 0, 0)
         self._last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
         return True
@@ -331,7 +331,9 @@ class Gateway:
         busy = self.mover.move_once()
         # Report at once when what this gateway holds changed: `cluster gateway list` showed 0 slots for up
         # to a report period after a gateway had taken its partitions up.
-        holding = (len(self.group.slots), len(self.partitions.units))
+        # And after the writes restarted: the reports queued in the producer thrown away were lost with it (a member
+        # of the slot group without a report is never adopted: membership.SlotGroup.dead_seats).
+        holding = (len(self.group.slots), len(self.partitions.units), self.stats.write_restarts)
         if now >= self._next_report or holding != self._reported_holding:
             self._next_report, self._reported_holding = now + REPORT_SECONDS, holding
             self.reports.all()

@@ -291,10 +291,10 @@ class Group:
 
     def join(self, c: SimConsumer, topics: list[str]) -> Member:
         instance = c.conf.get("group.instance.id", "")
-        if instance:
-            for old in [m for m in self.members.values() if m.instance == instance]:
-                old.consumer.fenced = True
-                del self.members[old.id]
+        replaced = [m for m in self.members.values() if instance and m.instance == instance]
+        for old in replaced:
+            old.consumer.fenced = True
+            del self.members[old.id]
         m = Member(
             f"{c.conf.get('client.id', 'c')}-{next(self.ids)}",
             c,
@@ -304,7 +304,13 @@ class Group:
             topics,
         )
         self.members[m.id] = m
-        self._rebalance()
+        if replaced and not self.rebalancing and replaced[0].joined == self.generation:
+            # A static member's return (KIP-345): it takes the old member's place and assignment, no rebalance (the
+            # brokers whose members are static; where a return rebalances, as on Tansu, gateways join dynamically)
+            prev = replaced[0].assign if replaced[0].assign is not None else replaced[0].assignment
+            m.joined, m.assign = self.generation, list(prev)
+        else:
+            self._rebalance()
         return m
 
     def leave(self, m: Member) -> None:

@@ -189,7 +189,11 @@ class World:
         try:
             if self.clock.now >= g.next_refresh:
                 g.next_refresh = self.clock.now + 2.0
+                # The plan watcher is a thread of its own: its waits (a cluster that does not answer) do not hold the
+                # loop up, so the clock is put back to where the loop is (see docs/simulation.md)
+                started = self.clock.now
                 gw.watcher.refresh()
+                self.clock.now = started
             if gw.step() is None:
                 g.alive = False
         except (SeatTaken, GatewayFenced) as e:
