@@ -113,6 +113,8 @@ class SlotGroup:
         self._look: threading.Thread | None = None
         self._found: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._admin: Any = None
+        #: members seen without any report, and since when (monotonic): see dead_seats
+        self._unreported_since: dict[str, float] = {}
         #: the look runs in a thread of its own (False: in poll's thread, for the simulated cluster, which drives
         #: every step itself: docs/simulation.md)
         self.threaded_look = True
@@ -302,10 +304,17 @@ class SlotGroup:
         if members is None:
             # The broker does not list the group's members: the gateways that died holding slots.
             members = [str(r.get("gateway")) for r in reports.values() if not r.get("stopped") and r.get("slots")]
-        # Only members with a report that went stale or says stopped: a gateway reports before it joins, so a
-        # member without one is none of streamrepl's (or its report is still on its way), never adopted.
+        # Members with a report that went stale or says stopped. A gateway reports before it joins, so a member
+        # without one is none of streamrepl's or its report is on its way, unless it stays without one for longer
+        # than a live gateway's report takes (statustopic.LIVE_SECONDS): a destination that crashes can lose every
+        # report of a gateway that then died, and where dead members are never expired (noida-db) the group then
+        # waited for it for good (tests/sim, seeds 1071, 1265, 1374).
         reported = {str(r.get("gateway")) for r in reports.values()}
-        dead = sorted((set(members) & reported) - live - held - mine)
+        now = time.monotonic()
+        unreported = set(members) - reported - mine
+        self._unreported_since = {m: self._unreported_since.get(m, now) for m in unreported}
+        lost = {m for m, since in self._unreported_since.items() if now - since > statustopic.LIVE_SECONDS}
+        dead = sorted(((set(members) & reported) | lost) - live - held - mine)
         adopters = sorted(live)
         return [i for i in dead if adopters[zlib.crc32(i.encode()) % len(adopters)] == self.gateway_id]
 
