@@ -56,8 +56,6 @@ QUIET_AFTER = 1.0
 #: it meanwhile (rebalances of the slot group, the sweeps, the reports) waits this long at most. At 800 partitions
 #: the loop's 100 passes a second were half of an idle gateway's own CPU, 20 a second still a third of it.
 IDLE_SLEEP_ALL_QUIET = 0.25
-#: how long a starting gateway waits for its first report to be delivered before it joins the slot group
-REPORT_FLUSH_SECONDS = 10.0
 
 
 class Gateway:
@@ -287,10 +285,6 @@ class Gateway:
         # Reported before joining: a member of the slot group without a fresh report could be taken for a dead
         # gateway's and its seat adopted (membership.SlotGroup.adopt_dead).
         self.reports.all()
-        # ...and delivered first: a gateway killed after joining with its report still queued left a member that
-        # no gateway ever adopted (no report: none of streamrepl's), and on a broker that never expires it the
-        # slot group waited for it for good (tests/sim, docs/simulation.md).
-        self.mover.flush(REPORT_FLUSH_SECONDS)
         self.group.join()
         if threads:
             # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).
@@ -301,7 +295,7 @@ class Gateway:
             self.pause_watch.start()
         self._plan_applied: tuple[Plan, set[str]] | None = None
         self._next_report = self._next_gate_check = 0.0
-        self._reported_holding = (0, 0, 0)
+        self._reported_holding = (0, 0)
         self._last_busy = time.monotonic()
         log.info("gateway %s started for cluster %s", self.id, self.cluster.name)
         return True
@@ -331,9 +325,7 @@ class Gateway:
         busy = self.mover.move_once()
         # Report at once when what this gateway holds changed: `cluster gateway list` showed 0 slots for up
         # to a report period after a gateway had taken its partitions up.
-        # And after the writes restarted: the reports queued in the producer thrown away were lost with it (a member
-        # of the slot group without a report is never adopted: membership.SlotGroup.dead_seats).
-        holding = (len(self.group.slots), len(self.partitions.units), self.stats.write_restarts)
+        holding = (len(self.group.slots), len(self.partitions.units))
         if now >= self._next_report or holding != self._reported_holding:
             self._next_report, self._reported_holding = now + REPORT_SECONDS, holding
             self.reports.all()

@@ -20,7 +20,7 @@ STALL = (1, "restart")
 #: the seeds that found bugs (each failed before its fix: docs/simulation.md, "What it found")
 FOUND = {
     (19, "restart"): "a gateway killed after joining the slot group with its first report still queued: its seat"
-    " was never adopted (Gateway.begin delivers the report before joining)",
+    " was never adopted (SlotGroup.dead_seats: a member without a report for longer than LIVE_SECONDS is dead)",
     (940, "default"): "a source topic re-created, written a little, then quiet: the re-read check was skipped and"
     " never made, no ERROR, isUptodate (Partitions.check_reread defers the check)",
     (1071, "default"): "a slot-group member whose every report was lost in destination crashes was never adopted"
