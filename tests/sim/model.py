@@ -191,6 +191,9 @@ class Broker:
         assert part is not None
         base = part.end
         part.log.extend(recs)
+        if self.model.on_append is not None:
+            for r in recs:
+                self.model.on_append(self, topic, p, r)
         part.last_base = base + len(recs) - 1 if self.model.rng.random() < 0.5 else base
         return base
 
@@ -226,6 +229,8 @@ class Model:
         self.current_gateway = ""
         #: every client made, with the gateway it was made for (a killed gateway's are left alone)
         self.clients: list[tuple[str, Any]] = []
+        #: called with (broker, topic, partition, record) for every record appended (the harness's write checks)
+        self.on_append: Callable[[Broker, str, int, Rec], None] | None = None
         #: the gateways whose process is dead or frozen: their consumers send no heartbeats (librdkafka sends them
         #: from a thread of its own, so a live process's members stay in their group while it waits in a request)
         self.silent: set[str] = set()

@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
             print("  ", e)
         for v in out.violations:
             print("VIOLATION:", v)
-        print(f"{out.steps} gateway steps; {'ok' if out.ok else 'FAILED'}")
+        print(
+            f"{out.steps} gateway steps, {out.held_twice} ticks ending with a partition held twice; {'ok' if out.ok else 'FAILED'}"
+        )
         return 0 if out.ok else 1
     a, b = (int(x) for x in (args.seeds or "0-100").split("-"))
     started, failed = time.monotonic(), []
