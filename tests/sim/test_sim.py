@@ -16,7 +16,7 @@ from .world import World, replay_command
 #: and they stop for good with GatewayFenced ("another gateway was started with -id") as the adopter's report naming
 #: their seat is not out yet. Reported to the lead (docs/simulation.md, "Open").
 ADOPTED_ALIVE = "a live gateway's seat adopted after its reports went stale: written by two, then GatewayFenced"
-KNOWN = {71: ADOPTED_ALIVE, 445: ADOPTED_ALIVE, 1024: ADOPTED_ALIVE, 4545: ADOPTED_ALIVE}
+KNOWN = {s: ADOPTED_ALIVE for s in (71, 445, 1024, 2815, 3257, 4545)}
 
 #: the restart stall (issue 23): a new gateway after the last one was SIGKILLed, on a broker that never expires a
 #: dead member; fails with SlotGroup's look for dead seats taken out (docs/simulation.md)
