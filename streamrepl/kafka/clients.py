@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -20,6 +20,19 @@ from ..registry import Cluster
 from .errors import scrub
 
 C = TypeVar("C")
+
+#: The clients' maker when not librdkafka's (None: the real clients). Set only by the simulated cluster
+#: (tests/sim, docs/simulation.md) through set_backend: every client of streamrepl is made by _build, so the
+#: package's functions (topics, true_ends, describe_groups...) reach the simulated brokers with it.
+_backend: Callable[[type, Cluster, dict[str, Any]], Any] | None = None
+
+
+def set_backend(backend: Callable[[type, Cluster, dict[str, Any]], Any] | None) -> None:
+    """Make every client with `backend(kind, cluster, conf)` instead of librdkafka (`kind`: AdminClient, Producer or
+    Consumer; `conf` as librdkafka would get it); None: the real clients again."""
+    global _backend
+    _backend = backend
+
 
 #: How long an operator's command waits for a broker before saying it does not answer.
 REQUEST_TIMEOUT = 10.0
@@ -48,6 +61,8 @@ def _build(make: Callable[[dict[str, Any]], C], cluster: Cluster, extra: dict[st
     property it refuses instead of librdkafka's own words alone ("broker error _INVALID_ARG: Invalid value for
     configuration property "request.required.acks"", where the registry says `acks`)."""
     conf = client_config(cluster, **extra)
+    if _backend is not None:
+        return cast(C, _backend(cast(type, make), cluster, conf))
     try:
         return make(conf)
     except KafkaException as e:

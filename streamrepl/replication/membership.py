@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 import zlib
@@ -114,6 +116,11 @@ class SlotGroup:
         self._look: threading.Thread | None = None
         self._found: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._admin: Any = None
+        #: members seen without any report, and since when (monotonic): see dead_seats
+        self._unreported_since: dict[str, float] = {}
+        #: the look runs in a thread of its own (False: in poll's thread, for the simulated cluster, which drives
+        #: every step itself: docs/simulation.md)
+        self.threaded_look = True
         #: static member (docs/brokers.md): decided at join(), once the broker's answers are known
         self.static = False
         self.gateway_id = gateway_id
@@ -188,18 +195,21 @@ class SlotGroup:
                 self.consumer = None  # fenced: there is no membership left to leave
                 # A static member is fenced when another process joins under the same id. (librdkafka hands the fence
                 # over as a _FATAL event, whose fatal() is False: it went unnoticed, and the fenced gateway wrote on.)
-                adopter = self._adopter_of_own_seat()
-                if adopter:
-                    # It stood still (frozen, cut off) and a live gateway took its seat: it stops writing and is
-                    # started again (its supervisor), and its return under its id takes the seat back.
-                    raise SeatTaken(
-                        f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): it stopped answering"
-                        f" and gateway {adopter} took its seat; it stops, and starts again under its id"
+                reports = self._read_reports()
+                if self._another_process_under_own_id(reports):
+                    # Two gateways would write the same partitions: this one stops for good, loudly.
+                    raise GatewayFenced(
+                        f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was"
+                        f" started with -id {self.gateway_id}; give each gateway its own -id"
                     )
-                # Two gateways would write the same partitions: this one stops for good, loudly.
-                raise GatewayFenced(
-                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): another gateway was started"
-                    f" with -id {self.gateway_id}; give each gateway its own -id"
+                # It stood still (frozen, cut off from its destination) and a live gateway took its seat: it stops
+                # writing and is started again (its supervisor), and its return under its id takes the seat back.
+                # The adopter's report naming the seat may not be out yet (it reports once the seat's slots are its
+                # own): a fence without a report of another process under this id is taken for this.
+                adopter = self._adopter_of_own_seat(reports) or "another gateway"
+                raise SeatTaken(
+                    f"gateway {self.gateway_id} was fenced out of its group ({err.str()}): it stopped answering"
+                    f" and {adopter} took its seat; it stops, and starts again under its id"
                 )
         while not self._found.empty():  # what the last look for dead seats found (_check_seats)
             for instance in self._found.get():
@@ -215,16 +225,27 @@ class SlotGroup:
                 self._let_go(seat)
                 del self.adopted[instance]
 
-    def _adopter_of_own_seat(self) -> str:
-        """The live gateway whose report says it holds this gateway's seat ("" if none, or the reports are unread)."""
+    def _read_reports(self) -> dict[str, dict[str, Any]]:
+        """The gateways' reports ({} when they cannot be read now)."""
         try:
-            reports = self._gateway_reports()
+            return self._gateway_reports()
         except (StreamreplError, kafka.KafkaException):
-            return ""
+            return {}
+
+    def _another_process_under_own_id(self, reports: dict[str, dict[str, Any]]) -> bool:
+        """Whether this gateway's id has a live report from another process (a gateway reports before it joins, so a
+        second gateway started with this -id has overwritten this one's report by the time it fences it)."""
+        mine = reports.get(statustopic.gateway_key(self.gateway_id))
+        if mine is None or mine.get("stopped") or not statustopic.is_live(mine, time.time() * 1000):
+            return False
+        return (mine.get("pid"), mine.get("host")) not in ((None, None), (os.getpid(), socket.gethostname()))
+
+    def _adopter_of_own_seat(self, reports: dict[str, dict[str, Any]]) -> str:
+        """The live gateway whose report says it holds this gateway's seat ("" if none)."""
         now_ms = time.time() * 1000
         return next(
             (
-                str(r.get("gateway"))
+                f"gateway {r.get('gateway')}"
                 for r in reports.values()
                 if statustopic.is_live(r, now_ms) and self.gateway_id in r.get("seats", [])
             ),
@@ -263,7 +284,9 @@ class SlotGroup:
             self.retire_adopted()
         except (StreamreplError, kafka.KafkaException) as e:
             log.warning("gateway %s: an adopted seat could not be left (%s)", self.gateway_id, e)
-        if self._look is None or not self._look.is_alive():
+        if not self.threaded_look:
+            self._look_for_dead({self.gateway_id, *self.adopted})
+        elif self._look is None or not self._look.is_alive():
             mine = {self.gateway_id, *self.adopted}
             self._look = threading.Thread(target=self._look_for_dead, args=(mine,), name="seat-look", daemon=True)
             self._look.start()
@@ -303,10 +326,17 @@ class SlotGroup:
         if members is None:
             # The broker does not list the group's members: the gateways that died holding slots.
             members = [str(r.get("gateway")) for r in reports.values() if not r.get("stopped") and r.get("slots")]
-        # Only members with a report that went stale or says stopped: a gateway reports before it joins, so a
-        # member without one is none of streamrepl's (or its report is still on its way), never adopted.
+        # Members with a report that went stale or says stopped. A gateway reports before it joins, so a member
+        # without one is none of streamrepl's or its report is on its way, unless it stays without one for longer
+        # than a live gateway's report takes (statustopic.LIVE_SECONDS): a destination that crashes can lose every
+        # report of a gateway that then died, and where dead members are never expired (noida-db) the group then
+        # waited for it for good (tests/sim, seeds 1071, 1265, 1374).
         reported = {str(r.get("gateway")) for r in reports.values()}
-        dead = sorted((set(members) & reported) - live - held - mine)
+        now = time.monotonic()
+        unreported = set(members) - reported - mine
+        self._unreported_since = {m: self._unreported_since.get(m, now) for m in unreported}
+        lost = {m for m, since in self._unreported_since.items() if now - since > statustopic.LIVE_SECONDS}
+        dead = sorted(((set(members) & reported) | lost) - live - held - mine)
         adopters = sorted(live)
         return [i for i in dead if adopters[zlib.crc32(i.encode()) % len(adopters)] == self.gateway_id]
 

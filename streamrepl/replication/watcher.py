@@ -80,6 +80,20 @@ class PlanWatcher:
         self.stopping = True
         self._refresh_now.set()
 
+    def refresh(self) -> None:
+        """One full pass, in the caller's thread, for a caller that drives the watcher itself instead of start() (the
+        simulated cluster, docs/simulation.md): read the plan, adopt new source topics, make the missing replica
+        topics, publish. What goes wrong is logged, as in the thread."""
+        try:
+            plan = self.planner.discover()
+            if self.planner.adopt_source_topics(plan):
+                plan = self.planner.discover()
+            present = self.planner.ensure_topics(plan)
+            with self._plan_lock:
+                self.published = (plan, present)
+        except StreamreplError as e:
+            log.warning("cannot read replication metadata: %s", e)
+
     def _watch(self) -> None:
         logged: list[str] = []
         plan: Plan | None = None

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
+from streamrepl import statustopic
 from streamrepl.kafka import brokers
 from streamrepl.kafka.probes import BrokerTraits
 from streamrepl.paths import StreamPath
 from streamrepl.registry import Cluster
+from streamrepl.replication import membership
 from streamrepl.replication.links import Unit
 from streamrepl.replication.membership import SLOT_TOPIC, SLOTS, SlotGroup, slot_of
 from streamrepl.replication.stats import GatewayStats
@@ -97,7 +100,13 @@ class _FencedMessage:
         return _FatalError()
 
 
-def _group(static_rejoin: bool | None, made: list[Any], gateway_id: str = "gw1", leave: bool = False) -> SlotGroup:
+def _group(
+    static_rejoin: bool | None,
+    made: list[Any],
+    gateway_id: str = "gw1",
+    leave: bool = False,
+    reports: dict[str, dict[str, Any]] | None = None,
+) -> SlotGroup:
     """A slot group on a cluster whose brokers were found to honour static members (True), rebalance on their return
     (False) or not probed (None)."""
 
@@ -108,7 +117,8 @@ def _group(static_rejoin: bool | None, made: list[Any], gateway_id: str = "gw1",
     cluster = Cluster("ny", {"bootstrap.servers": f"127.0.0.1:{len(made) + 1}"})
     brokers.learn(cluster, BrokerTraits(identity="x", static_rejoin=static_rejoin, clean_leave=leave, probed_at=1))
     stats = GatewayStats(gateway_id)
-    reports = {"gateway|gw-other": {"gateway": "gw-other", "updated": time.time() * 1000, "seats": ["gw-taken"]}}
+    if reports is None:
+        reports = {"gateway|gw-other": {"gateway": "gw-other", "updated": time.time() * 1000, "seats": ["gw-taken"]}}
     return SlotGroup(
         cluster, gateway_id, 6000, stats, lambda: None, lambda _: None, new_consumer, gateway_reports=lambda: reports
     )
@@ -190,12 +200,16 @@ def test_an_adopted_seat_whose_gateway_came_back_is_let_go_quietly() -> None:
 
 
 def test_a_gateway_fenced_by_another_with_its_id_stops_with_a_clear_error() -> None:
+    import os
+
     import pytest
 
     from streamrepl.errors import StreamreplError
 
     made: list[Any] = []
-    group = _group(True, made)
+    # The other gateway reports under the id before it joins (another process, or host): that is what says so.
+    other = {"gateway": "gw1", "updated": time.time() * 1000, "pid": os.getpid() + 1, "host": "elsewhere"}
+    group = _group(True, made, reports={"gateway|gw1": other})
     group.join()
     made[0].poll = lambda timeout: _FencedMessage()
     with pytest.raises(StreamreplError, match="another gateway was started with -id gw1"):
@@ -250,3 +264,59 @@ def test_a_gateway_whose_seat_a_live_gateway_took_stops_to_start_again_not_for_g
     with pytest.raises(SeatTaken, match="gateway gw-other took its seat") as e:
         group.poll()
     assert not isinstance(e.value, GatewayFenced)
+
+
+def test_a_fenced_gateway_whose_adopters_report_is_not_out_yet_stops_to_start_again() -> None:
+    """The destination failed for longer than a report lives: a live gateway's reports went stale, another adopted its
+    seat, and the fence came before the adopter's report naming the seat (tests/sim seeds 71, 445, 2815...). No report
+    says another process runs under this id: a stop to start again (SeatTaken), not the final GatewayFenced."""
+    import pytest
+
+    from streamrepl.replication.membership import GatewayFenced, SeatTaken
+
+    made: list[Any] = []
+    group = _group(True, made, "gw-alone")
+    group.join()
+    made[0].poll = lambda timeout: _FencedMessage()
+    with pytest.raises(SeatTaken) as e:
+        group.poll()
+    assert not isinstance(e.value, GatewayFenced)
+
+
+# -- members that never reported ----------------------------------------
+# SlotGroup.dead_seats (found by tests/sim, seeds 1071, 1265, 1374): a destination crash lost every report of a
+# gateway that then died, and on a broker that never expires dead members (noida-db) the group waited for it for good.
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_780_000_000.0 + self.now
+
+
+def test_a_member_without_a_report_is_adopted_once_it_stayed_without_one_past_a_reports_lifetime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    made: list[Any] = []
+    group = _group(True, made, "gw-new")
+    group.join()
+    monkeypatch.setattr(membership, "time", clock)
+    monkeypatch.setattr(statustopic, "time", clock)
+    reports = {"gateway|gw-new": _report("gw-new", 0) | {"updated": clock.time() * 1000}}
+    members = ["gw-new", "gw-lost"]
+    # First seen without a report: its report may be on its way (gateways report before they join).
+    assert group.dead_seats(reports, members, {"gw-new"}) == []
+    clock.now += statustopic.LIVE_SECONDS / 2
+    reports["gateway|gw-new"]["updated"] = clock.time() * 1000
+    assert group.dead_seats(reports, members, {"gw-new"}) == []
+    # Still none past a live gateway's report lifetime: its reports were lost and it is gone.
+    clock.now += statustopic.LIVE_SECONDS
+    reports["gateway|gw-new"]["updated"] = clock.time() * 1000
+    assert group.dead_seats(reports, members, {"gw-new"}) == ["gw-lost"]
+    # A member that reports (late) is judged by its report again: alive, so not adopted.
+    reports["gateway|gw-lost"] = {"gateway": "gw-lost", "updated": clock.time() * 1000, "slots": []}
+    assert group.dead_seats(reports, members, {"gw-new"}) == []
