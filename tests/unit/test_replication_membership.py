@@ -178,6 +178,20 @@ def test_seats_that_are_not_dead_or_not_ours_to_take_are_left_alone() -> None:
     assert taken == ["gw5"]
 
 
+def test_a_gateway_whose_own_report_is_as_late_adopts_no_seat() -> None:
+    """Its destination failed or was cut off from it: every report is late, the others' for the same reason as its
+    own, not because they died (tests/sim seed 71: gateways on a flaky destination adopted each other's seats, fenced
+    live ones and wrote their partitions before those saw the fence)."""
+    made: list[Any] = []
+    group = _group(True, made, "gw1")
+    group.join()
+    late = {f"gateway|{g}": _report(g, 30) for g in ("gw1", "gw2")}
+    assert group.adopt_dead(late, ["gw1", "gw2"]) == []
+    assert group.adopt_dead({k: v for k, v in late.items() if k != "gateway|gw1"}, ["gw1", "gw2"]) == []
+    late["gateway|gw1"] = _report("gw1", 0)  # its own reports get through again: gw2's are late for its own reasons
+    assert group.adopt_dead(late, ["gw1", "gw2"]) == ["gw2"]
+
+
 def test_dynamic_members_adopt_nothing() -> None:
     made: list[Any] = []
     group = _group(False, made, "gw1")
@@ -191,7 +205,7 @@ def test_an_adopted_seat_whose_gateway_came_back_is_let_go_quietly() -> None:
     group = _group(True, made, "gw1")
     group._on_give_up = lost.append  # type: ignore[method-assign]
     group.join()
-    group.adopt_dead({"gateway|gw2": _report("gw2", 60)}, ["gw1", "gw2"])
+    group.adopt_dead({"gateway|gw1": _report("gw1", 0), "gateway|gw2": _report("gw2", 60)}, ["gw1", "gw2"])
     seat = made[-1]
     seat.callbacks["on_assign"](seat, [TopicPartition(SLOT_TOPIC, 9)])
     seat.poll = lambda timeout: _FencedMessage()
