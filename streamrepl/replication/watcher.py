@@ -168,4 +168,11 @@ class PlanWatcher:
                 ends[cluster.name] = got[0].offset if got and got[0].error is None else -1
             except KafkaException:
                 ends[cluster.name] = -1
+            if ends[cluster.name] < 0:
+                # A new client asks next time. A kept one that found no metadata topic (a gateway started before the
+                # cluster's first stream) went on answering "unknown partition" after the topic was made: every
+                # pass then waited REFRESH_SECONDS and read everything, and `replica resume` took up to 2.4 s to
+                # its first record (issue 28). At most one new client per REFRESH_SECONDS, while it fails.
+                del self._meta_watch[cluster.name]
+                c.close()
         return ends
