@@ -1,6 +1,6 @@
 """Benchmark: what a round trip to the source costs a gateway's start and a takeover (issue 28, beside bench/wan.py).
 
-Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan_ops.py [--rtts 0,50] [--what acquire,takeover]
+Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan_ops.py [--rtts 0,50] [--what acquire,produce,takeover]
                                                         [--partitions 800] [--reps 2] [--json out.json]
 
 Through bench/wan.py's delay line (the source behind it, the destination and the gateways on loopback), each round
@@ -11,6 +11,13 @@ trip with fresh brokers:
             every replica partition acquired (its log's "acquired" lines, as bench/scale.py counts them), and to its
             slots (the group, on the destination: no round trip of the line in it). Target (issue 28): at 50 ms
             within 2x the 0 ms time plus ten round trips.
+  produce   bench/run.py's produce_latency: streamrepl's StreamProducer sends one record at a time (each waits for
+            its acknowledgement) into a stream with an asynchronous replica and one with a synchronous replica, one
+            gateway for both, 200 records each. The producer runs here, on the gateway's side of the line (the source
+            advertises the line's address: every client of it crosses the line): a send waits for the source's
+            acknowledgement (one round trip) and, for the synchronous replica, for the replica's end (read on
+            loopback) to pass the record, which the gateway's fetch held at the source brings half a round trip
+            after the record is written. Target: p50 within two round trips + 15 ms.
   takeover  bench/handoff.py's run: two gateways replicate one topic of 4 partitions while 1,000 records/s are
             written; the owner of partition 0 gets SIGKILL; seconds until the other gateway writes partition 0
             (every record compared at the end). Target: its time at 0 ms plus five round trips.
@@ -102,6 +109,14 @@ def takeover(logdir: Path, line: wan.DelayLine, rtt: float, rep: int, sb: str, d
         line.set(0)
 
 
+def produce(logdir: Path, line: wan.DelayLine, rtt: float, n: int) -> dict:
+    line.set(rtt)
+    try:
+        return bench.produce_latency(logdir, n)
+    finally:
+        line.set(0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtts", default="0,50")
@@ -125,6 +140,12 @@ def main() -> int:
                         row["acquire"] = acquire(logdir, line, rtt, a.partitions, rep)
                     except RuntimeError as e:
                         row["acquire"] = {"error": str(e)[:300]}
+                if "produce" in what and rep == 0:  # its streams have fixed names: once per round trip
+                    bench.log(f"rtt {rtt:g} ms: produce acknowledgements")
+                    try:
+                        row["produce"] = produce(logdir, line, rtt, 200)
+                    except RuntimeError as e:
+                        row["produce"] = {"error": str(e)[:300]}
                 if "takeover" in what:
                     bench.log(f"rtt {rtt:g} ms, round {rep + 1}: takeover after SIGKILL")
                     try:
