@@ -1,0 +1,165 @@
+"""Benchmark: what a round trip to the source costs a gateway's start and a takeover (issue 28, beside bench/wan.py).
+
+Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan_ops.py [--rtts 0,50] [--what acquire,produce,takeover]
+                                                        [--partitions 800] [--reps 2] [--json out.json]
+
+Through bench/wan.py's delay line (the source behind it, the destination and the gateways on loopback), each round
+trip with fresh brokers:
+
+  acquire   one source stream of 4 topics (PARTITIONS / 4 partitions each, 800 in all by default) replicated (not
+            paused) into a replica stream; with the round trip set, one gateway starts; seconds from its start to
+            every replica partition acquired (its log's "acquired" lines, as bench/scale.py counts them), and to its
+            slots (the group, on the destination: no round trip of the line in it). Target (issue 28): at 50 ms
+            within 2x the 0 ms time plus ten round trips.
+  produce   bench/run.py's produce_latency: streamrepl's StreamProducer sends one record at a time (each waits for
+            its acknowledgement) into a stream with an asynchronous replica and one with a synchronous replica, one
+            gateway for both, 200 records each. The producer runs here, on the gateway's side of the line (the source
+            advertises the line's address: every client of it crosses the line): a send waits for the source's
+            acknowledgement (one round trip) and, for the synchronous replica, for the replica's end (read on
+            loopback) to pass the record, which the gateway's fetch held at the source brings half a round trip
+            after the record is written. Target: p50 within two round trips + 15 ms.
+  takeover  bench/handoff.py's run: two gateways replicate one topic of 4 partitions while 1,000 records/s are
+            written; the owner of partition 0 gets SIGKILL; seconds until the other gateway writes partition 0
+            (every record compared at the end). Target: its time at 0 ms plus five round trips.
+
+The idempotent C relay is not run here: neither figure is a rate; each is read against the same setup at 0 ms.
+Not a pytest test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import handoff  # noqa: E402
+import run as bench  # noqa: E402
+import scale  # noqa: E402
+import wan  # noqa: E402
+
+
+def acquire(logdir: Path, line: wan.DelayLine, rtt: float, partitions: int, rep: int) -> dict:
+    name = f"acq{rep}"
+    src, dst = f"/{bench.SRC}/{name}", f"/{bench.DST}/{name}"
+    per_topic = partitions // 4
+    bench.cli("stream", "create", "-path", src, "-defaultpartitions", str(per_topic))
+    for t in range(4):
+        bench.cli("stream", "topic", "create", "-path", src, "-topic", f"t{t}")
+    bench.cli("stream", "create", "-path", dst, "-copymetafrom", src)
+    bench.cli("stream", "replica", "add", "-path", src, "-replica", dst)
+    bench.cli("stream", "upstream", "add", "-path", dst, "-upstream", src)
+    # The replica topics made first (a gateway that starts makes the missing ones), so that the figure is the
+    # acquisition alone, the same at every round trip.
+    for t in range(4):
+        bench.cli("stream", "topic", "create", "-path", dst, "-topic", f"t{t}")
+    line.set(rtt)
+    gw_name = f"{name}-rtt{rtt:g}".replace(".", "_")
+    t0 = time.monotonic()
+    gw = subprocess.Popen(
+        [
+            bench.PY,
+            "-m",
+            "streamrepl",
+            "gateway",
+            "start",
+            "-cluster",
+            bench.DST,
+            "-id",
+            gw_name,
+            "-supervise",
+            "false",
+        ],
+        stdout=open(logdir / f"{gw_name}.log", "a"),  # noqa: SIM115 - lives as long as the process
+        stderr=subprocess.STDOUT,
+        env=os.environ,
+    )
+    try:
+        slots_s = bench.slots_settled(logdir, [gw_name], timeout=120)
+        acquired_s = scale.wait_acquired(logdir, [gw_name], partitions, t0, 300)
+    finally:
+        bench.stop_gateways([gw])
+        line.set(0)
+        bench.cli("stream", "replica", "remove", "-path", src, "-replica", dst, check=False)
+    # The first gateway on a fresh destination probes its brokers first (about 5 s; discovery.py): round 1 holds it.
+    return {
+        "slots_s": round(slots_s, 3),
+        "acquired_s": round(acquired_s, 3),
+        "after_slots_s": round(acquired_s - slots_s, 3),
+    }
+
+
+def takeover(logdir: Path, line: wan.DelayLine, rtt: float, rep: int, sb: str, db: str) -> dict:
+    # handoff.one_run reads the clusters of an EphemeralClusters: the same, for the source behind the line.
+    shim = SimpleNamespace(
+        brokers={bench.SRC: SimpleNamespace(bootstrap=sb), bench.DST: SimpleNamespace(bootstrap=db)},
+        registry_path=Path(os.environ["STREAMREPL_CLUSTERS"]),
+    )
+    line.set(rtt)
+    try:
+        return handoff.one_run(shim, logdir, f"ko{rep}rtt{rtt:g}".replace(".", "_"), signal.SIGKILL, 1000)  # type: ignore[arg-type]
+    finally:
+        line.set(0)
+
+
+def produce(logdir: Path, line: wan.DelayLine, rtt: float, n: int) -> dict:
+    line.set(rtt)
+    try:
+        return bench.produce_latency(logdir, n)
+    finally:
+        line.set(0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rtts", default="0,50")
+    ap.add_argument("--what", default="acquire,takeover")
+    ap.add_argument("--partitions", type=int, default=800)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    rtts = [float(x) for x in a.rtts.split(",") if x]
+    what = a.what.split(",")
+    res: dict = {"machine": bench.machine(), "started": time.time(), "partitions": a.partitions, "rows": []}
+    logdir = Path(tempfile.mkdtemp(prefix="streamrepl-wanops-"))
+    res["logs"] = str(logdir)
+    for rtt in rtts:
+        with wan.clusters_behind_line(logdir / f"rtt{rtt:g}", {}) as (line, _sp, sb, db, _dp):
+            for rep in range(a.reps):
+                row: dict = {"rtt_ms": rtt, "rep": rep + 1, "load": os.getloadavg()[0]}
+                if "acquire" in what:
+                    bench.log(f"rtt {rtt:g} ms, round {rep + 1}: {a.partitions} partitions acquired")
+                    try:
+                        row["acquire"] = acquire(logdir, line, rtt, a.partitions, rep)
+                    except RuntimeError as e:
+                        row["acquire"] = {"error": str(e)[:300]}
+                if "produce" in what and rep == 0:  # its streams have fixed names: once per round trip
+                    bench.log(f"rtt {rtt:g} ms: produce acknowledgements")
+                    try:
+                        row["produce"] = produce(logdir, line, rtt, 200)
+                    except RuntimeError as e:
+                        row["produce"] = {"error": str(e)[:300]}
+                if "takeover" in what:
+                    bench.log(f"rtt {rtt:g} ms, round {rep + 1}: takeover after SIGKILL")
+                    try:
+                        row["takeover"] = takeover(logdir, line, rtt, rep, sb, db)
+                    except RuntimeError as e:
+                        row["takeover"] = {"error": str(e)[:300]}
+                row["load_after"] = os.getloadavg()[0]
+                bench.log(json.dumps(row))
+                res["rows"].append(row)
+    res["seconds"] = round(time.time() - res["started"])
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
