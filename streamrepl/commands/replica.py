@@ -33,7 +33,11 @@ def _link(f: click.decorators.FC) -> click.decorators.FC:
     " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
 )
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters (default false).")
-@opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression (default: the stream's).")
+@opt(
+    "networkcompression",
+    metavar="off|lz4|zlib",
+    help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
+)
 @handles_errors
 def add_cmd(path: str, replica: str, **kw: object) -> None:
     """Register an existing stream as a replica of this stream (needs adminperm)."""
@@ -55,7 +59,11 @@ def add_cmd(path: str, replica: str, **kw: object) -> None:
     " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
 )
 @opt("networkencryption", type=BOOL, help="Require TLS to both clusters.")
-@opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression.")
+@opt(
+    "networkcompression",
+    metavar="off|lz4|zlib",
+    help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
+)
 @handles_errors
 def edit_cmd(path: str, replica: str, **kw: object) -> None:
     """Change how messages are replicated to a replica (needs adminperm)."""
@@ -181,7 +189,11 @@ def upstream_list_cmd(path: str) -> None:
 )
 @opt("throttle", type=BOOL, default=False, help="Cap the replication rate of the link(s).")
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters.")
-@opt("networkcompression", metavar="off|lz4|zlib", help="On-wire compression (default: the stream's).")
+@opt(
+    "networkcompression",
+    metavar="off|lz4|zlib",
+    help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
+)
 @opt(
     "directcopy",
     type=BOOL,
