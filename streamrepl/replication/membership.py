@@ -42,6 +42,11 @@ SLOT_TOPIC = "__streamrepl_gateway_slots"
 SLOTS = 64
 #: how often a static member looks for dead gateways' seats to adopt (SlotGroup._check_seats)
 SEAT_CHECK_SECONDS = 3.0
+#: How long the slots of an adopted seat wait before they are this gateway's: two heartbeats of the seat's former
+#: holder (heartbeat.interval.ms 1000) and a margin. A holder that was alive after all (its reports were late, its
+#: destination flaky) hears of its fence at its next heartbeat and stops writing; taken up at once, its partitions
+#: were written by both meanwhile (tests/sim, seeds 445, 2815, 3257).
+HANDOVER_SECONDS = 2.5
 #: a static member's join that got no assignment for two sessions and this much more is made again (_join_stuck)
 JOIN_PATIENCE_SECONDS = 5.0
 
@@ -79,6 +84,9 @@ class Seat:
         self.slots: set[int] = set()
         #: the group has assigned this seat something (an empty assignment too) since it joined
         self.assigned = False
+        #: when its slots may be written (monotonic; 0: at once): an adopted seat's wait out its former holder's
+        #: next heartbeats (HANDOVER_SECONDS)
+        self.usable_at = 0.0
 
 
 class SlotGroup:
@@ -224,6 +232,17 @@ class SlotGroup:
                 log.info("gateway %s: gateway %s is back and took its seat again", self.gateway_id, instance)
                 self._let_go(seat)
                 del self.adopted[instance]
+        handed_over = [seat for seat in self.adopted.values() if seat.usable_at and time.monotonic() >= seat.usable_at]
+        for seat in handed_over:
+            seat.usable_at = 0.0
+        if handed_over and self._usable_slots() != self.slots:
+            self.slots = self._usable_slots()
+            log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
+            self._on_assigned()
+
+    def _usable_slots(self) -> set[int]:
+        """Its own seat's slots and those of the adopted seats that were handed over (HANDOVER_SECONDS)."""
+        return self._own.slots.union(*(s.slots for s in self.adopted.values() if not s.usable_at))
 
     def _read_reports(self) -> dict[str, dict[str, Any]]:
         """The gateways' reports ({} when they cannot be read now)."""
@@ -354,6 +373,7 @@ class SlotGroup:
             instance,
         )
         seat = Seat(instance, None)  # type: ignore[arg-type]
+        seat.usable_at = time.monotonic() + HANDOVER_SECONDS
         seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
         self.adopted[instance] = seat
         self.stats.seats_adopted += 1
@@ -387,7 +407,7 @@ class SlotGroup:
         self.stats.rebalances += 1
         seat.assigned = True
         seat.slots = {tp.partition for tp in parts}
-        self.slots = self._own.slots.union(*(s.slots for s in self.adopted.values()))
+        self.slots = self._usable_slots()
         log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
         try:
             # The slots are never read: paused, they cost the destination no fetches (an empty fetch of 64

@@ -11,12 +11,7 @@ import pytest
 from .world import World, replay_command
 
 #: seeds that fail now, with why: skipped by the sweeps, kept as tests (test_known_failures) until they pass
-#: live gateways whose reports went stale while the destination failed (timeouts, crashes) are taken for dead:
-#: their seats are adopted, and the adopter writes their partitions before they learn of the fence at their next
-#: poll (they then stop and start again: SeatTaken; before, GatewayFenced ended them for good, which seed 4545 showed).
-#: Open (docs/simulation.md, "Open").
-ADOPTED_ALIVE = "a live gateway's seat adopted after its reports went stale: its partitions written by two"
-KNOWN = {s: ADOPTED_ALIVE for s in (445, 2815, 3257)}
+KNOWN: dict[int, str] = {}
 
 #: the restart stall (issue 23): a new gateway after the last one was SIGKILLed, on a broker that never expires a
 #: dead member; fails with SlotGroup's look for dead seats taken out (docs/simulation.md)
@@ -35,6 +30,11 @@ FOUND = {
     (71, "default"): "gateways on a flaky destination adopted each other's seats (every report late), fenced live"
     " ones and wrote their partitions before those saw the fence (SlotGroup.dead_seats: none while its own report is"
     " as late)",
+    (445, "default"): "a live gateway whose reports were late (a flaky destination) had its seat adopted, and the"
+    " adopter wrote its partitions before it heard of its fence (SlotGroup: an adopted seat's slots wait"
+    " HANDOVER_SECONDS, its former holder's next heartbeats)",
+    (2815, "default"): "as 445",
+    (3257, "default"): "as 445",
     (4545, "default"): "a live gateway fenced after its seat was adopted, before the adopter's report named the seat:"
     " it stopped for good with GatewayFenced (SlotGroup: final only when another process reports under its id)",
 }

@@ -149,10 +149,19 @@ def test_the_seat_of_a_dead_member_is_adopted_by_one_live_gateway() -> None:
     assert group.seats == ["gw-dead"] and group.stats.seats_adopted == 1
     # Adopted once: the next look finds it held (by this gateway's report, or its own list).
     assert group.adopt_dead(reports, ["gw-dead", "gw-new"]) == []
-    # Its slots count as this gateway's.
+    # Its slots count as this gateway's once its former holder had time to hear of its fence (HANDOVER_SECONDS): one
+    # that was alive after all stops writing at its next heartbeat, before this gateway starts.
+    replanned: list[bool] = []
+    group._on_assigned = lambda: replanned.append(True)  # type: ignore[method-assign]
     seat.callbacks["on_assign"](seat, [TopicPartition(SLOT_TOPIC, p) for p in (5, 6)])
     made[0].callbacks["on_assign"](made[0], [TopicPartition(SLOT_TOPIC, 7)])
-    assert group.slots == {5, 6, 7}
+    assert group.slots == {7}
+    group.poll()
+    assert group.slots == {7}, "not yet handed over"
+    group.adopted["gw-dead"].usable_at = time.monotonic() - 0.1
+    replanned.clear()
+    group.poll()
+    assert group.slots == {5, 6, 7} and replanned == [True], "handed over: the plan is applied again"
 
 
 def test_seats_that_are_not_dead_or_not_ours_to_take_are_left_alone() -> None:
