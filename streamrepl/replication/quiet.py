@@ -20,6 +20,7 @@ partition and throttled links keep their consumer (their pause/seek state lives 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -118,7 +119,7 @@ class EndWatch:
             for chunk in ask:
                 if self._stop.is_set():
                     return  # closing: the client must not be in use when it is closed
-                ends += [tp.offset for tp in self.client.offsets_for_times(chunk, timeout=END_CHECK_TIMEOUT)]
+                ends += self._ends_of(chunk)
         except KafkaException as e:
             lost = kafka.is_transport(e)
             ends = []
@@ -158,6 +159,26 @@ class EndWatch:
                     lost = lost or old[1]
                 self._news = (changed, lost)
             self.on_news()
+
+    def _ends_of(self, chunk: list[TopicPartition]) -> list[int]:
+        try:
+            return [tp.offset for tp in self.client.offsets_for_times(chunk, timeout=END_CHECK_TIMEOUT)]
+        except KafkaException as e:
+            if kafka.is_transport(e):
+                raise
+        # A topic the broker does not know any more (deleted under its quiet feed) fails the whole request on some
+        # brokers (noida-db), and the other partitions asked with it never woke: ask topic by topic. The ends of a
+        # topic that fails alone are unknown (-1: no partition wakes for it; its feed learns of the deletion itself).
+        ends: list[int] = []
+        for _, group in itertools.groupby(chunk, key=lambda tp: tp.topic):
+            tps = list(group)
+            try:
+                ends += [tp.offset for tp in self.client.offsets_for_times(tps, timeout=END_CHECK_TIMEOUT)]
+            except KafkaException as e:
+                if kafka.is_transport(e):
+                    raise
+                ends += [-1] * len(tps)
+        return ends
 
     def take(self) -> tuple[dict[tuple[str, int], int], bool] | None:
         """The news since the last take: (ends that changed, whether the connection was lost); None: nothing new."""
@@ -262,6 +283,8 @@ class QuietFeeds:
             if was_lost:
                 lost.add(cluster)
             for (topic, partition), end in ends.items():
+                if end < 0:
+                    continue  # unknown (its topic's ends could not be asked for: EndWatch._ends_of)
                 for name in self._readers.get((cluster, topic, partition), ()):
                     key = (name, topic, partition)
                     mark = self.held[key][1]

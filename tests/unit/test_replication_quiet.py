@@ -157,6 +157,8 @@ def test_a_failed_request_is_news_only_when_the_connection_is_lost() -> None:
     assert w.take() == ({}, True)
     client.code = KafkaError.UNKNOWN_TOPIC_OR_PART
     w.round()
+    assert w.take() == ({("a", 0): -1}, False), "its topic's ends unknown (asked alone, it failed alone)"
+    w.round()
     assert w.take() is None
     w.close()
 
@@ -283,3 +285,27 @@ def test_a_few_partitions_taken_up_are_fetched_at_once() -> None:
     """A resume or a new topic takes up a few partitions: they go to the consumer at once (no wait for a round)."""
     rig = Rig(link())
     assert rig.source.assigned == [(KT, 0, 0)] and not rig.quiet.held
+
+
+def test_a_topic_deleted_under_its_quiet_feed_does_not_keep_the_other_quiet_feeds_asleep() -> None:
+    """On noida-db a request for the ends of a deleted topic fails whole (UNKNOWN_TOPIC_OR_PART): the other quiet
+    partitions asked in the same request never woke (e2e: test_source_deleted, a topic deleted outside streamrepl
+    while its stream's feeds were quiet: the other stream of the source cluster stopped). Asked topic by topic after
+    such a failure, the others' ends still come; the deleted topic's are unknown (-1: no wake)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    class DeletedTopic(FakeEnds):
+        def offsets_for_times(self, tps: list, timeout: float = 0) -> list:
+            if any(tp.topic == "gone" for tp in tps):
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+            return super().offsets_for_times(tps, timeout)
+
+    client = DeletedTopic()
+    w = EndWatch(lambda on_lost: client, 0.1, start=False)
+    w.watch([("gone", 0), ("kept", 0), ("kept", 1)])
+    w.round()
+    assert w.take() == ({("gone", 0): -1, ("kept", 0): 0, ("kept", 1): 0}, False)
+    client.ends[("kept", 1)] = 5
+    w.round()
+    assert w.take() == ({("kept", 1): 5}, False), "the kept topic's news come"
+    w.close()
