@@ -47,6 +47,8 @@ SEAT_CHECK_SECONDS = 3.0
 #: destination flaky) hears of its fence at its next heartbeat and stops writing; taken up at once, its partitions
 #: were written by both meanwhile (tests/sim, seeds 445, 2815, 3257).
 HANDOVER_SECONDS = 2.5
+#: How long a fenced gateway looks for the report that says who fenced it (SlotGroup._reports_after_fence).
+FENCE_LOOK_SECONDS = 3.0
 #: a static member's join that got no assignment for two sessions and this much more is made again (_join_stuck)
 JOIN_PATIENCE_SECONDS = 5.0
 
@@ -203,7 +205,7 @@ class SlotGroup:
                 self.consumer = None  # fenced: there is no membership left to leave
                 # A static member is fenced when another process joins under the same id. (librdkafka hands the fence
                 # over as a _FATAL event, whose fatal() is False: it went unnoticed, and the fenced gateway wrote on.)
-                reports = self._read_reports()
+                reports = self._reports_after_fence()
                 if self._another_process_under_own_id(reports):
                     # Two gateways would write the same partitions: this one stops for good, loudly.
                     raise GatewayFenced(
@@ -243,6 +245,20 @@ class SlotGroup:
     def _usable_slots(self) -> set[int]:
         """Its own seat's slots and those of the adopted seats that were handed over (HANDOVER_SECONDS)."""
         return self._own.slots.union(*(s.slots for s in self.adopted.values() if not s.usable_at))
+
+    def _reports_after_fence(self) -> dict[str, dict[str, Any]]:
+        """The reports that say who fenced this gateway: read again for up to FENCE_LOOK_SECONDS until one does. A
+        second gateway started with this -id reports before it joins, but its report can land after the fence it
+        brings (noida-db hands it the id at once); taken for an adoption then, this gateway would start again and
+        fence the other in turn."""
+        deadline = time.monotonic() + FENCE_LOOK_SECONDS
+        while True:
+            reports = self._read_reports()
+            if self._another_process_under_own_id(reports) or self._adopter_of_own_seat(reports):
+                return reports
+            if time.monotonic() >= deadline:
+                return reports
+            time.sleep(0.25)
 
     def _read_reports(self) -> dict[str, dict[str, Any]]:
         """The gateways' reports ({} when they cannot be read now)."""
