@@ -76,6 +76,7 @@ class Gateway:
         parent_id: str | None = None,
         restarts: int = 0,
         last_exit: str = "",
+        discover: bool = False,
     ):
         self.reg = reg
         self.cluster = reg.get(cluster)
@@ -115,9 +116,9 @@ class Gateway:
         self.group = SlotGroup(
             self.cluster, self.id, self.tuning.session_ms, self.stats, self._plan_again, self._give_up, new_consumer
         )
-        self.watcher = PlanWatcher(Planner(reg, self.cluster), new_consumer)
-        if self.quiet is not None:
-            self.watcher.on_publish = self.quiet.nudge
+        self.watcher = PlanWatcher(
+            Planner(reg, self.cluster), new_consumer, self.quiet.nudge if self.quiet is not None else lambda: None
+        )
         self.reports = StatusReports(
             self.id,
             self.table,
@@ -148,7 +149,7 @@ class Gateway:
         self.leave_group: bool | None = True
         #: find out what the destination's brokers do before joining (discovery.py); the gateways of the unit
         #: tests, on fake clients, do not
-        self.discover = False
+        self.discover = discover
         #: the group consumer kept open until the process exits, when leave_group is False (see shutdown())
         self.left_open: list[Consumer] = []
         #: apply the published plan again even if it did not change (slots assigned, writes restarted)
@@ -235,8 +236,13 @@ class Gateway:
         return self.metrics.port
 
     # -- main loop ----------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """What a signal handler may call: it only sets `stopping` (the loop ends at its next pass; stop() takes
+        locks, which a handler that interrupted their holder would wait for forever)."""
+        self.stopping = True
+
     def stop(self) -> None:
-        """Stop from another thread (a signal handler only sets `stopping`: see process.py)."""
+        """Stop from another thread (a signal handler calls request_stop)."""
         self.stopping = True
         self.watcher.stop()
         self.allow_list.stop()

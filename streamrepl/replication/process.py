@@ -38,14 +38,20 @@ def run_foreground(
     before or while running is raised (`gateway start` maps it to its exit status)."""
     settings.check()
     gw = Gateway(
-        reg, cluster, gateway_id, settings.gateway(), parent_id=parent_id, restarts=restarts, last_exit=last_exit
+        reg,
+        cluster,
+        gateway_id,
+        settings.gateway(),
+        parent_id=parent_id,
+        restarts=restarts,
+        last_exit=last_exit,
+        discover=True,  # what the brokers do is probed (or read from the cluster's cache) before the group is joined
     )
-    gw.discover = True  # what the brokers do is probed (or read from the cluster's cache) before the group is joined
     if metrics is not None:
         gw.serve_metrics(*metrics)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        gw.stopping = True
+        gw.request_stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

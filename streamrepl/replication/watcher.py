@@ -50,8 +50,13 @@ class PlanWatcher:
     `on_publish()` is called (from the watcher's thread) each time one is published: a loop that waits long while
     idle (gateway.IDLE_SLEEP_ALL_QUIET) must apply a new plan (`replica resume`) at once."""
 
-    def __init__(self, planner: Planner, new_consumer: Callable[[Cluster], Consumer] = kafka.consumer):
-        self.on_publish: Callable[[], None] = lambda: None
+    def __init__(
+        self,
+        planner: Planner,
+        new_consumer: Callable[[Cluster], Consumer] = kafka.consumer,
+        on_publish: Callable[[], None] = lambda: None,
+    ):
+        self.on_publish = on_publish
         self.planner = planner
         self._published: tuple[Plan, set[str]] | None = None
         self.stopping = False

@@ -243,7 +243,7 @@ class World:
         elif kind == "stop" and live:
             g = self.rng.choice(live)
             g.alive = False
-            g.gw.stopping = True
+            g.gw.request_stop()
             self.event(f"stop {g.gw.id}")
             g.gw.shutdown()
         elif kind == "pause" and live:

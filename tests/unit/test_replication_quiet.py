@@ -188,8 +188,7 @@ def test_a_new_plan_ends_the_wait_of_a_loop_whose_feeds_are_all_quiet(monkeypatc
     from streamrepl.replication.watcher import PlanWatcher
 
     rig = quiet_rig(monkeypatch)
-    watcher = PlanWatcher(None, lambda cluster: None)  # type: ignore[arg-type]
-    watcher.on_publish = rig.quiet.nudge
+    watcher = PlanWatcher(None, lambda cluster: None, rig.quiet.nudge)  # type: ignore[arg-type]
     rig.quiet.wait_for_news(0)  # nothing pending
     waited = threading.Thread(target=rig.quiet.wait_for_news, args=(60,))
     waited.start()
