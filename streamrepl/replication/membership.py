@@ -86,6 +86,8 @@ class Seat:
         self.slots: set[int] = set()
         #: the group has assigned this seat something (an empty assignment too) since it joined
         self.assigned = False
+        #: since when it waits for an assignment (monotonic), from its join or its last revoke; 0: it has one
+        self.waiting_since = 0.0
         #: when its slots may be written (monotonic; 0: at once): an adopted seat's wait out its former holder's
         #: next heartbeats (HANDOVER_SECONDS)
         self.usable_at = 0.0
@@ -141,7 +143,6 @@ class SlotGroup:
         #: the seats of dead gateways this one adopted (instance id -> seat)
         self.adopted: dict[str, Seat] = {}
         self._own = Seat(gateway_id, None)  # type: ignore[arg-type]
-        self._joined_at = 0.0
         self._on_assigned = on_assigned
         self._on_give_up = on_give_up
         self._new_consumer = new_consumer
@@ -174,27 +175,29 @@ class SlotGroup:
         self.consumer = self._seat_consumer(self._own, self.gateway_id)
         self._own.consumer = self.consumer
         self._own.assigned = False
-        self._joined_at = time.monotonic()
+        self._own.waiting_since = time.monotonic()
 
     def _join_stuck(self) -> bool:
         """A static member whose join got no assignment at all (not even an empty one) for two sessions and a few
         seconds. Seen on noida-db with three gateways joining within a second (1 start in 3): the group formed
         without one of them, whose join then waited for good behind a member the coordinator kept for it. A new
         consumer under the same instance id takes that member's place (a static member's return), as it does a dead
-        gateway's (see adopt_dead)."""
-        return (
-            self.static
-            and not self._own.assigned
-            and time.monotonic() - self._joined_at > 2 * self.session_ms / 1000 + JOIN_PATIENCE_SECONDS
+        gateway's (see adopt_dead). The same after a revoke: a gateway that had adopted three dead gateways' seats
+        saw a rebalance that never ended (no assignment for 150 s)."""
+        return self.static and self._stuck(self._own)
+
+    def _stuck(self, seat: Seat) -> bool:
+        return bool(seat.waiting_since) and (
+            time.monotonic() - seat.waiting_since > 2 * self.session_ms / 1000 + JOIN_PATIENCE_SECONDS
         )
 
     def poll(self) -> None:
         """Drives heartbeats and rebalances (the callbacks run in here)."""
         if self.consumer is not None and self._join_stuck():
             log.warning(
-                "gateway %s: its join of the slot group got no answer in %.0f s; joining again under its id",
+                "gateway %s: the slot group assigned it nothing for %.0f s; joining again under its id",
                 self.gateway_id,
-                time.monotonic() - self._joined_at,
+                time.monotonic() - self._own.waiting_since,
             )
             with contextlib.suppress(Exception):
                 self.consumer.close()
@@ -234,6 +237,18 @@ class SlotGroup:
                 log.info("gateway %s: gateway %s is back and took its seat again", self.gateway_id, instance)
                 self._let_go(seat)
                 del self.adopted[instance]
+        for instance, seat in list(self.adopted.items()):
+            if self.consumer is not None and self._stuck(seat):
+                log.warning(
+                    "gateway %s: the seat of gateway %s was assigned nothing for %.0f s; joining again under its id",
+                    self.gateway_id,
+                    instance,
+                    time.monotonic() - seat.waiting_since,
+                )
+                with contextlib.suppress(Exception):
+                    seat.consumer.close()
+                seat.waiting_since = time.monotonic()
+                seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
         handed_over = [seat for seat in self.adopted.values() if seat.usable_at and time.monotonic() >= seat.usable_at]
         for seat in handed_over:
             seat.usable_at = 0.0
@@ -389,7 +404,8 @@ class SlotGroup:
             instance,
         )
         seat = Seat(instance, None)  # type: ignore[arg-type]
-        seat.usable_at = time.monotonic() + HANDOVER_SECONDS
+        seat.waiting_since = time.monotonic()
+        seat.usable_at = seat.waiting_since + HANDOVER_SECONDS
         seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
         self.adopted[instance] = seat
         self.stats.seats_adopted += 1
@@ -422,6 +438,7 @@ class SlotGroup:
     def _on_assign(self, seat: Seat, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
         seat.assigned = True
+        seat.waiting_since = 0.0
         seat.slots = {tp.partition for tp in parts}
         self.slots = self._usable_slots()
         log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
@@ -436,6 +453,7 @@ class SlotGroup:
 
     def _on_revoke(self, seat: Seat, _: Any, parts: list[TopicPartition]) -> None:
         self.stats.rebalances += 1
+        seat.waiting_since = time.monotonic()  # until the rebalance assigns it again (_stuck)
         lost = {tp.partition for tp in parts}
         try:
             self._on_give_up(lost)

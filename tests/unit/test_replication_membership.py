@@ -373,3 +373,31 @@ def test_a_fence_whose_cause_is_not_reported_yet_is_looked_at_again_before_the_g
     monkeypatch.setattr(membership.time, "sleep", sleep)
     with pytest.raises(GatewayFenced, match="give each gateway its own -id"):
         group.poll()
+
+
+def test_a_seat_whose_rebalance_never_ends_joins_again_under_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On noida-db, one new gateway that adopted the seats of three dead ones saw two of its seats assigned, then a
+    rebalance that never ended (CI, test_all_three_die_and_one_new_gateway_takes_everything: no assignment for 150 s).
+    A seat (its own or an adopted one) left without an assignment for two sessions and a few seconds after its join
+    or its last revoke joins again under its id, as a join that got no answer already did."""
+    clock = Clock()
+    monkeypatch.setattr(membership, "time", clock)
+    made: list[Any] = []
+    group = _group(True, made, "gw1")
+    group.join()
+    own = made[0]
+    own.callbacks["on_assign"](own, [TopicPartition(SLOT_TOPIC, 1)])
+    reports = {"gateway|gw1": {"gateway": "gw1", "updated": clock.time() * 1000}, "gateway|gw2": {"gateway": "gw2"}}
+    group.adopt_dead(reports, ["gw1", "gw2"])
+    seat = made[-1]
+    own.callbacks["on_revoke"](own, [TopicPartition(SLOT_TOPIC, 1)])
+    seat.callbacks["on_revoke"](seat, [])
+    limit = 2 * group.session_ms / 1000 + membership.JOIN_PATIENCE_SECONDS
+    clock.now += limit / 2
+    group.poll()
+    assert len(made) == 2, "a rebalance may take a while"
+    clock.now += limit
+    group.poll()
+    assert len(made) == 4, "both seats joined again"
+    assert made[2].config.get("group.instance.id") == "gw1" and made[3].config.get("group.instance.id") == "gw2"
+    assert own.closed and seat.closed
