@@ -152,6 +152,8 @@ class SlotGroup:
         return f"streamrepl-gateways-{self.cluster.name}"
 
     def _seat_consumer(self, seat: Seat, client_id: str) -> Consumer:
+        """A consumer joining the group under `seat`'s instance id: the seat waits for an assignment from now."""
+        seat.waiting_since = time.monotonic()
         conf: dict[str, Any] = {
             "client.id": client_id,
             "partition.assignment.strategy": "roundrobin",
@@ -175,7 +177,6 @@ class SlotGroup:
         self.consumer = self._seat_consumer(self._own, self.gateway_id)
         self._own.consumer = self.consumer
         self._own.assigned = False
-        self._own.waiting_since = time.monotonic()
 
     def _join_stuck(self) -> bool:
         """A static member whose join got no assignment at all (not even an empty one) for two sessions and a few
@@ -247,8 +248,7 @@ class SlotGroup:
                 )
                 with contextlib.suppress(Exception):
                     seat.consumer.close()
-                seat.waiting_since = time.monotonic()
-                seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
+                seat.consumer = self._seat_consumer(seat, self._adopted_client_id(instance))
         handed_over = [seat for seat in self.adopted.values() if seat.usable_at and time.monotonic() >= seat.usable_at]
         for seat in handed_over:
             seat.usable_at = 0.0
@@ -256,6 +256,9 @@ class SlotGroup:
             self.slots = self._usable_slots()
             log.info("gateway %s owns %d slots", self.gateway_id, len(self.slots))
             self._on_assigned()
+
+    def _adopted_client_id(self, instance: str) -> str:
+        return f"{self.gateway_id}.seat-of-{instance}"
 
     def _usable_slots(self) -> set[int]:
         """Its own seat's slots and those of the adopted seats that were handed over (HANDOVER_SECONDS)."""
@@ -404,9 +407,8 @@ class SlotGroup:
             instance,
         )
         seat = Seat(instance, None)  # type: ignore[arg-type]
-        seat.waiting_since = time.monotonic()
-        seat.usable_at = seat.waiting_since + HANDOVER_SECONDS
-        seat.consumer = self._seat_consumer(seat, f"{self.gateway_id}.seat-of-{instance}")
+        seat.usable_at = time.monotonic() + HANDOVER_SECONDS
+        seat.consumer = self._seat_consumer(seat, self._adopted_client_id(instance))
         self.adopted[instance] = seat
         self.stats.seats_adopted += 1
 
