@@ -145,6 +145,16 @@ def check(
     return compare(replica, replica_end, source, source_end, src_uuid, dst_uuid, sole_feed)
 
 
+def read_sources(
+    consumer: Consumer, replica_ends: dict[tuple[str, int], int], timeout: float = kafka.REQUEST_TIMEOUT
+) -> dict[tuple[str, int], tuple[int, Message | None]]:
+    """What `check` reads, for several source partitions at once ((topic, partition) -> the replica's end there):
+    each source's real end, and its record at the replica's end - 1 (None when it ends before it or holds no
+    visible record there). Compare each with `compare(replica, replica_end, tail_of(...), source_end, ...)`."""
+    got = kafka.ends_and_records(consumer, {k: e - 1 for k, e in replica_ends.items()}, timeout)
+    return {k: (end, rec if end >= replica_ends[k] else None) for k, (end, rec) in got.items()}
+
+
 @dataclass(frozen=True)
 class Misplaced:
     """What a replica partition holds after a writer found another writer's records in it (applier.py's checks).

@@ -82,18 +82,22 @@ from .groups import (
 )
 from .reading import (
     LATEST,
+    ends_and_records,
     first_record,
     last_record,
     partition_ends,
     partitions_of,
     read_partition,
+    tails,
     topic_ends,
     true_end,
     true_ends,
     watermarks,
+    watermarks_of,
 )
 
 __all__ = [
+    "ends_and_records",
     "watermark_is_exact",
     "honours_static_membership",
     "busy_fetch_wait_ms",
@@ -156,10 +160,12 @@ __all__ = [
     "scrub",
     "set_topic_configs",
     "settled",
+    "tails",
     "topic_ends",
     "topics",
     "true_end",
     "true_ends",
     "unreachable",
     "watermarks",
+    "watermarks_of",
 ]

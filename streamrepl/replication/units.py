@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
+from .. import kafka
 from ..applier import OffsetPreservingWriter, ReplicaConflict, origin_of_tail, replica_tail
 from ..divergence import tail_of
-from ..kafka import Consumer, KafkaException, Producer, TopicPartition
+from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from .feeds import SourceFeeds
 from .guard import Fail, ReplicaGuard
@@ -100,26 +102,63 @@ class UnitTable:
             if unit not in self.units and unit not in self.errored and kafka_topic_name(unit.dst, unit.topic) in present
         )
         start_quiet = ready and taking_up >= START_QUIET_AT
+        new: list[tuple[Unit, list[tuple[Link, str]]]] = []
         for unit, feeds in wanted.items():
             if unit in self.errored or kafka_topic_name(unit.dst, unit.topic) not in present:
                 continue
             state = self.units.get(unit)
             if state is None:
                 if ready:
-                    self._take_up(unit, feeds, producer, start_quiet)
+                    new.append((unit, feeds))
                 continue
             self._follow_feeds(state, feeds)
+        self._take_up(new, producer, start_quiet)
         self.feeds.recheck_lagging(self.units)
         self.feeds.follow_links(plan.links, self.units)
         self.guard.close_unused({link.src_cluster.name for link in plan.links})
 
-    def _take_up(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer, start_quiet: bool) -> None:
+    def _take_up(self, new: list[tuple[Unit, list[tuple[Link, str]]]], producer: Producer, start_quiet: bool) -> None:
+        """Acquire the `new` units: every replica's end first, then their sources are read at once (the guard's
+        check_ahead), then each starts. A unit that cannot start now is tried again with the next plan."""
+        tails = self._tails([unit for unit, _ in new]) if len(new) > 1 else {}
+        opened: list[UnitState] = []
+        for unit, feeds in new:
+            tail = tails.get((kafka_topic_name(unit.dst, unit.topic), unit.partition))
+            state = self._attempt(unit, partial(self._open, unit, feeds, producer, tail))
+            if state is not None:
+                opened.append(state)
+        if len(opened) > 1:
+            self.guard.check_ahead(
+                [
+                    (st, link, TopicPartition(src_kt, st.unit.partition))
+                    for st in opened
+                    for link, src_kt in st.unverified.values()
+                ]
+            )
         try:
-            self.acquire(unit, feeds, producer, start_quiet)
+            for state in opened:
+                self._attempt(state.unit, partial(self._start, state, start_quiet))
+        finally:
+            self.guard.forget_checks()
+
+    def _tails(self, units: list[Unit]) -> dict[tuple[str, int], tuple[int, Message | None]]:
+        """The replicas' ends and last records, read at once ({} when they cannot be now: each unit reads its own)."""
+        tps = [TopicPartition(kafka_topic_name(u.dst, u.topic), u.partition) for u in units]
+        if any(self._topic_ids.ready(READER, self.reader, kt) is not True for kt in {tp.topic for tp in tps}):
+            return {}
+        try:
+            return kafka.tails(self.reader, tps)
+        except (KafkaException, TimeoutError):
+            return {}
+
+    def _attempt(self, unit: Unit, step: Callable[[], UnitState | None]) -> UnitState | None:
+        try:
+            return step()
         except ReplicaConflict as e:
             self.fail(unit, str(e))
         except Exception as e:  # noqa: BLE001 - retried with the next plan
             log.warning("cannot start %s yet: %s", unit.key, e)
+        return None
 
     def _follow_feeds(self, state: UnitState, feeds: list[tuple[Link, str]]) -> None:
         names = {link.name for link, _ in feeds}
@@ -138,17 +177,30 @@ class UnitTable:
             self.verify_feeds(state)
 
     def acquire(self, unit: Unit, feeds: list[tuple[Link, str]], producer: Producer, start_quiet: bool = False) -> None:
+        state = self._open(unit, feeds, producer)
+        if state is not None:
+            self._start(state, start_quiet)
+
+    def _open(
+        self,
+        unit: Unit,
+        feeds: list[tuple[Link, str]],
+        producer: Producer,
+        tail: tuple[int, Message | None] | None = None,
+    ) -> UnitState | None:
+        """The state of `unit` at its replica's real end (`tail`: its end and last record, read already), its feeds
+        not verified yet (None: not now)."""
         dst_kt = kafka_topic_name(unit.dst, unit.topic)
         dst_uuid = feeds[0][0].dst_uuid
         if self._topic_ids.ready(READER, self.reader, dst_kt) is not True:
             # Let go before, and its cluster does not say what it is now: tried again with the next plan.
             log.warning("cannot start %s yet: %s does not say what its topic is now", unit.key, unit.dst.cluster)
-            return
-        end, last = replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
+            return None
+        end, last = tail if tail is not None else replica_tail(self.reader, TopicPartition(dst_kt, unit.partition))
         if end < self._left_at.get((dst_kt, unit.partition), 0):
             # Re-created meanwhile (`replica resync`): the producer's sequence would be fatally refused; replace it.
             self.stale_producer = f"{unit.key} ends at {end}, below offset {self._left_at[(dst_kt, unit.partition)]}"
-            return
+            return None
         writer = OffsetPreservingWriter(
             producer,
             dst_kt,
@@ -161,9 +213,12 @@ class UnitTable:
         )
         state = UnitState(unit, writer, tail=tail_of(last, dst_uuid) if last is not None else None)
         state.unverified = {link.name: (link, src_kt) for link, src_kt in feeds}
+        return state
+
+    def _start(self, state: UnitState, start_quiet: bool) -> None:
         if self.verify_feeds(state, start_quiet):
-            self.units[unit] = state
-            log.info("acquired %s at offset %d", unit.key, end)
+            self.units[state.unit] = state
+            log.info("acquired %s at offset %d", state.unit.key, state.writer.next)
 
     def verify_feeds(self, state: UnitState, start_quiet: bool = False) -> bool:
         """Start the unverified feeds whose source still holds the replica's history (False: it does not, and

@@ -45,14 +45,35 @@ class LogConsumer:
         self.assigned: list[tuple[str, int, int]] = []
 
     down = False
+    #: the requests that would each cost a round trip to the broker: watermark queries, ListOffsets, assignments
+    #: (each brings a fetch)
+    requests = 0
 
     def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        self.requests += 1
         if self.down:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         log = self.logs.get(tp.topic, [])
         return (0, log[-1].offset() + 1 if log else 0)
 
+    def offsets_for_times(self, tps: list[Any], timeout: float = 0) -> list[Any]:
+        """ListOffsets' earliest (-2) and latest (-1) only."""
+        self.requests += 1
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        out = []
+        for tp in tps:
+            log = self.logs.get(tp.topic, [])
+            end = log[-1].offset() + 1 if log else 0
+            out.append(
+                SimpleNamespace(
+                    topic=tp.topic, partition=tp.partition, offset=0 if tp.offset == -2 else end, error=None
+                )
+            )
+        return out
+
     def assign(self, tps: list[Any]) -> None:
+        self.requests += 1
         self.pos = {tp.topic: tp.offset for tp in tps}
 
     def unassign(self) -> None:

@@ -135,3 +135,89 @@ def test_an_exact_watermark_is_the_end_without_a_read() -> None:
     assert not kafka.watermark_is_exact(tansu) and kafka.watermark_is_exact(noida)
     assert not kafka.watermark_is_exact(unknown), "not probed: the end is read, as on every broker"
     assert kafka.watermark_is_exact(overridden), "the registry's property overrides the probe it names"
+
+
+class Partitions:
+    """A consumer over several partitions, each a list of the offsets of its visible records; `marks` gives a
+    partition's (low, high) watermarks when they differ from (its first, its last + 1) (Tansu under-counts high).
+    A consume hands out every assigned partition's records from its position on, then its end-of-partition."""
+
+    def __init__(self, logs: dict[tuple[str, int], list[int]], marks: dict[tuple[str, int], tuple[int, int]]) -> None:
+        self.logs, self.marks = logs, marks
+        self.pos: dict[tuple[str, int], int] = {}
+        self.requests: list[str] = []
+
+    def _marks(self, key: tuple[str, int]) -> tuple[int, int]:
+        log = self.logs[key]
+        return self.marks.get(key, (log[0], log[-1] + 1) if log else (0, 0))
+
+    def offsets_for_times(self, tps: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        self.requests.append("list offsets")
+        low_or_high = [self._marks((tp.topic, tp.partition))[0 if tp.offset == -2 else 1] for tp in tps]
+        return [TopicPartition(tp.topic, tp.partition, o) for tp, o in zip(tps, low_or_high, strict=True)]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        self.requests.append("watermarks")
+        return self._marks((tp.topic, tp.partition))
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.requests.append("assign")
+        self.pos = {(tp.topic, tp.partition): tp.offset for tp in tps}
+
+    def unassign(self) -> None:
+        self.pos = {}
+
+    def consume(self, n: int, timeout: float = 0) -> list[Message]:
+        out: list[Message] = []
+        for (t, p), at in self.pos.items():
+            out += [msg(o, topic=t, partition=p) for o in self.logs[(t, p)] if o >= at]
+            end = self.logs[(t, p)][-1] + 1 if self.logs[(t, p)] else at
+            out.append(msg(end, EOF_ERROR, topic=t, partition=p))
+            self.pos[(t, p)] = end
+        return out
+
+    def poll(self, timeout: float = 0) -> Message | None:
+        got = self.consume(1)
+        return got[0] if got else None
+
+
+def test_ends_and_records_reads_both_in_one_pass() -> None:
+    c = Partitions(
+        {("t", 0): list(range(8)), ("t", 1): [0, 1, 2, 3], ("t", 2): [0, 1, 3], ("t", 3): [0, 1]},
+        {("t", 0): (0, 5)},  # under-counted: the last batch starts at 4, the real end is 8
+    )
+    got = kafka.ends_and_records(c, {("t", 0): 6, ("t", 1): 2, ("t", 2): 2, ("t", 3): 5})  # type: ignore[arg-type]
+    seen = {k: (end, None if rec is None else rec.offset()) for k, (end, rec) in got.items()}
+    assert seen == {
+        ("t", 0): (8, 6),  # past the watermark
+        ("t", 1): (4, 2),
+        ("t", 2): (4, None),  # no visible record there (compacted away, a transaction marker)
+        ("t", 3): (2, None),  # the partition ends before it
+    }
+    assert c.requests == ["list offsets", "list offsets", "assign"], "one request of each kind for all partitions"
+
+
+def test_ends_and_records_reads_a_record_far_below_the_end_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamrepl.kafka import reading
+
+    monkeypatch.setattr(reading, "ONE_PASS_RECORDS", 3)
+    c = Partitions({("t", 0): list(range(10)), ("t", 1): list(range(10))}, {})
+    got = kafka.ends_and_records(c, {("t", 0): 1, ("t", 1): 8})  # type: ignore[arg-type]
+    assert {k: (end, rec.offset() if rec else None) for k, (end, rec) in got.items()} == {
+        ("t", 0): (10, 1),
+        ("t", 1): (10, 8),
+    }
+
+
+def test_tails_give_each_partitions_end_and_last_record_in_one_pass() -> None:
+    c = Partitions(
+        {("t", 0): list(range(8)), ("t", 1): [0, 1, 2], ("t", 2): []},
+        {("t", 0): (0, 5), ("t", 1): (0, 4)},  # t[0] under-counted; t[1] ends with a transaction marker at 3
+    )
+    got = kafka.tails(c, [TopicPartition("t", p) for p in range(3)])  # type: ignore[arg-type]
+    assert {k: (end, rec.offset() if rec else None) for k, (end, rec) in got.items()} == {
+        ("t", 0): (8, 7),
+        ("t", 1): (4, None),
+        ("t", 2): (0, None),
+    }
+    assert c.requests == ["list offsets", "list offsets", "assign"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.divergence import DKT, SKT, LogConsumer, Producer, history, link, replicated
+from support.divergence import DKT, ORIGIN_SRC, SKT, LogConsumer, Producer, history, link, replicated
 
 from streamrepl import kafka
 from streamrepl.applier import OffsetPreservingWriter
@@ -86,3 +86,31 @@ def test_source_records_reread_below_the_replicas_end_are_compared_now_or_before
     assert guard.check_reread(state, link(), batch) is True, "compared now: the source's records match"
     state.checked_at = 1e12  # compared a moment ago
     assert guard.check_reread(state, link(), batch) == Reverify()
+
+
+def test_the_sources_of_partitions_taken_up_together_are_read_in_one_go() -> None:
+    """A takeover of 4 partitions across a 50 ms line checked their sources one after another, 4-6 round trips each
+    (issue 28): check_ahead reads them at once, and check_source then asks the source nothing more."""
+    topics = [f"{SKT}.{i}" for i in range(4)]
+    source = {t: history(10, topic=t) for t in topics}
+    source[topics[3]] = history(10, tag="other", topic=topics[3])  # its record at offset 9 is not the replicated one
+    probe = LogConsumer(source)
+    guard = ReplicaGuard(LogConsumer({}), lambda cluster: probe, GatewayStats("test"))  # type: ignore[arg-type]
+    states = []
+    for i, topic in enumerate(topics):
+        writer = OffsetPreservingWriter(Producer(), DKT, i, 10, "DST", "SRC", "SRC")  # type: ignore[arg-type]
+        states.append(
+            UnitState(
+                Unit(link().dst, "t", i), writer, tail=tail_of(history(10, topic=topic, headers=ORIGIN_SRC)[9], "DST")
+            )
+        )
+    checks = [(st, link(), kafka.TopicPartition(topic, 0)) for st, topic in zip(states, topics, strict=True)]
+
+    guard.check_ahead(checks)
+    asked = probe.requests
+    verdicts = [guard.check_source(st, lk, tp) for st, lk, tp in checks]
+
+    assert verdicts[:3] == [True, True, True]
+    assert isinstance(verdicts[3], Fail), "a source that diverged is found as before"
+    assert probe.requests == asked, "nothing asked of the source again"
+    assert asked <= 4, f"{asked} requests for 4 partitions: not read one by one"
