@@ -154,6 +154,11 @@ class SourceFeeds:
         lane, consumer = self._consumer(link)
         return self._topic_ids.ready(lane, consumer, topic)
 
+    def ask_ahead(self, link: Link, topics: set[str]) -> None:
+        """Before ready() for each of several source topics of the link (topicids.TopicIds.ask_ahead)."""
+        lane, consumer = self._consumer(link)
+        self._topic_ids.ask_ahead(lane, consumer, topics)
+
     def _consumer(self, link: Link) -> tuple[str, Consumer]:
         lane = self._lanes.lane(link)
         c = self.consumers.get(lane)

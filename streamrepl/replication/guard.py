@@ -162,6 +162,7 @@ class ReplicaGuard:
                 continue
             probe = self._probe(link)
             topics = {topic for topic, _ in replica_ends}
+            self._topic_ids.ask_ahead(probe_name(cluster), probe, topics)
             if any(self._topic_ids.ready(probe_name(cluster), probe, t) is not True for t in topics):
                 continue
             try:

@@ -128,6 +128,12 @@ class UnitTable:
             if state is not None:
                 opened.append(state)
         if len(opened) > 1:
+            topics: dict[str, tuple[Link, set[str]]] = {}
+            for st in opened:
+                for link, src_kt in st.unverified.values():
+                    topics.setdefault(link.name, (link, set()))[1].add(src_kt)
+            for link, kts in topics.values():
+                self.feeds.ask_ahead(link, kts)
             self.guard.check_ahead(
                 [
                     (st, link, TopicPartition(src_kt, st.unit.partition))
@@ -144,6 +150,7 @@ class UnitTable:
     def _tails(self, units: list[Unit]) -> dict[tuple[str, int], tuple[int, Message | None]]:
         """The replicas' ends and last records, read at once ({} when they cannot be now: each unit reads its own)."""
         tps = [TopicPartition(kafka_topic_name(u.dst, u.topic), u.partition) for u in units]
+        self._topic_ids.ask_ahead(READER, self.reader, {tp.topic for tp in tps})
         if any(self._topic_ids.ready(READER, self.reader, kt) is not True for kt in {tp.topic for tp in tps}):
             return {}
         try:
