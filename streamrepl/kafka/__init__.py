@@ -93,7 +93,6 @@ from .reading import (
     true_end,
     true_ends,
     watermarks,
-    watermarks_of,
 )
 
 __all__ = [
@@ -167,5 +166,4 @@ __all__ = [
     "true_ends",
     "unreachable",
     "watermarks",
-    "watermarks_of",
 ]

@@ -6,7 +6,6 @@ that event, not the broker's high watermark, says a partition was read to its en
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Generator, Iterable
 from typing import cast
@@ -22,8 +21,6 @@ from .errors import is_partition_eof
 #: ListOffsets' "latest", asked for through offsets_for_times: the end of a partition (for a read_committed consumer,
 #: its last stable offset) in one request, where a watermark query sends two
 LATEST = -1
-#: ListOffsets' "earliest": the low watermark
-EARLIEST = -2
 
 
 def read_partition(
@@ -69,36 +66,21 @@ def watermarks(c: Consumer, tp: TopicPartition, timeout: float = REQUEST_TIMEOUT
     return low, high
 
 
-def watermarks_of(
+def marks_for_reading(
     c: Consumer, tps: list[TopicPartition], timeout: float = REQUEST_TIMEOUT
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """(low, high) of each partition, as `watermarks` gives them, in two requests asked at once for all of them: a
+    """(low, high) of each partition for a read that starts just below `high`, in one request for all of them: a
     watermark query a partition is a round trip each, in series (a takeover of 4 partitions across a 50 ms line
-    spent 0.2 s on them alone, issue 28)."""
+    spent 0.2 s on them alone, issue 28). For several partitions `low` is 0, not asked for (a second ListOffsets,
+    which went out only after the first was answered): a read from below a partition's low watermark starts at it
+    (the readers' auto.offset.reset is earliest), so only its extra fetch is lost, and only then."""
     if len(tps) < 2:
         return {(tp.topic, tp.partition): watermarks(c, tp, timeout) for tp in tps}
-    lows: list[list[TopicPartition] | BaseException] = []
-
-    def ask_lows() -> None:
-        try:
-            lows.append(c.offsets_for_times([TopicPartition(tp.topic, tp.partition, EARLIEST) for tp in tps], timeout))
-        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-            lows.append(e)
-
-    asker = threading.Thread(target=ask_lows, name="low-watermarks", daemon=True)
-    asker.start()
-    try:
-        highs = c.offsets_for_times([TopicPartition(tp.topic, tp.partition, LATEST) for tp in tps], timeout)
-    finally:
-        asker.join()
-    if isinstance(lows[0], BaseException):
-        raise lows[0]
     got: dict[tuple[str, int], tuple[int, int]] = {}
-    for low, high in zip(lows[0], highs, strict=True):
-        for answer in (low, high):
-            if answer.error is not None:
-                raise KafkaException(answer.error)
-        got[(high.topic, high.partition)] = (low.offset, high.offset)
+    for answer in c.offsets_for_times([TopicPartition(tp.topic, tp.partition, LATEST) for tp in tps], timeout):
+        if answer.error is not None:
+            raise KafkaException(answer.error)
+        got[(answer.topic, answer.partition)] = (0, answer.offset)
     return got
 
 
@@ -117,7 +99,7 @@ def true_ends(
     its real end, all partitions at once. `exact_watermark`: the broker's watermark is right
     (brokers.watermark_is_exact), so it is the answer and nothing is read.
     """
-    marks = watermarks_of(c, tps, timeout)
+    marks = marks_for_reading(c, tps, timeout)
     start = {} if exact_watermark else {key: max(low, high - 1) for key, (low, high) in marks.items() if high > low}
     return _read_to_ends(c, marks, start, lambda key, m: None, timeout)
 
@@ -135,7 +117,7 @@ def ends_and_records(
     on to the end: the ends read first and the records after cost a fetch's round trips twice, in series, and the
     records read one partition at a time once each (a takeover of 4 partitions across a 50 ms line spent 0.25 s a
     partition on them, issue 28). Raises TimeoutError when `timeout` passes first."""
-    marks = watermarks_of(c, [TopicPartition(t, p) for t, p in at], timeout)
+    marks = marks_for_reading(c, [TopicPartition(t, p) for t, p in at], timeout)
     start: dict[tuple[str, int], int] = {}
     far: dict[tuple[str, int], int] = {}
     for key, offset in at.items():
@@ -162,7 +144,7 @@ def tails(
 ) -> dict[tuple[str, int], tuple[int, Message | None]]:
     """Each partition's real end and its record just before it (None: nothing visible there), all read in one pass:
     what true_end and last_record give one partition, for several at once."""
-    marks = watermarks_of(c, tps, timeout)
+    marks = marks_for_reading(c, tps, timeout)
     start = {key: max(low, high - 1) for key, (low, high) in marks.items() if high > low}
     last: dict[tuple[str, int], Message | None] = {}
 

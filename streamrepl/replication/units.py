@@ -115,7 +115,7 @@ class UnitTable:
         self._take_up(new, producer, start_quiet)
         self.feeds.recheck_lagging(self.units)
         self.feeds.follow_links(plan.links, self.units)
-        self.guard.close_unused({link.src_cluster.name for link in plan.links})
+        self.guard.follow_links(plan.links)
 
     def _take_up(self, new: list[tuple[Unit, list[tuple[Link, str]]]], producer: Producer, start_quiet: bool) -> None:
         """Acquire the `new` units: every replica's end first, then their sources are read at once (the guard's

@@ -113,4 +113,4 @@ def test_the_sources_of_partitions_taken_up_together_are_read_in_one_go() -> Non
     assert verdicts[:3] == [True, True, True]
     assert isinstance(verdicts[3], Fail), "a source that diverged is found as before"
     assert probe.requests == asked, "nothing asked of the source again"
-    assert asked <= 4, f"{asked} requests for 4 partitions: not read one by one"
+    assert asked <= 2, f"{asked} requests for 4 partitions: not read one by one"
