@@ -107,9 +107,9 @@ class _Log:
         #: about the topic first, and its fetches are answered (`settle`) before the reader asks or fetches again.
         self.reader: kafka.Consumer | None = None
         #: the reader's last fetch may still be on the wire. It is settled under `lock` before the reader is used or
-        #: closed again, by a thread of its own as soon as the read that left it returns: waiting for it before the
-        #: read returned was a round trip of every read (the plan watcher's, between `replica resume` and its first
-        #: record; issue 28). What that wait also kept from the fetch is the caller's own deletion of the log right
+        #: closed again; after a read given the end its caller saw (the plan watcher's), by a thread of its own as
+        #: soon as the read returns: waiting for it before the read returned was a round trip of every such read
+        #: (between `replica resume` and its first record; issue 28). Other reads settle before they return. What that wait also kept from the fetch is the caller's own deletion of the log right
         #: after a read: nothing in streamrepl deletes it (tests do, on loopback, where the fetch comes back in 1 ms);
         #: another process's deletion could always meet a fetch of a read on the wire.
         self.unsettled = False
@@ -132,8 +132,8 @@ class _Log:
 
         `seen_end`: an end of the log the caller saw (the plan watcher's change poll): the read may stop after the
         record before it instead of at end-of-partition, which a fetch reports only once it comes back empty (a
-        round trip more), and asks for no watermarks (a shorter log shows in the fetch's answer). What was written
-        after that end is the caller's next read."""
+        round trip more), asks for no watermarks (a shorter log shows in the fetch's answer), and leaves the settle
+        of its reader to a thread (see `unsettled`). What was written after that end is the caller's next read."""
         if not self.known and not self.exists(cluster):
             return False
         try:
@@ -236,7 +236,10 @@ class _Log:
             if records is not None:
                 records.close()  # unassigns, also when the read stopped early
                 self.unsettled = True
-                threading.Thread(target=self._settle_when_free, name="metadata-settle", daemon=True).start()
+                if seen_end is None:
+                    self.settle()  # a command's read: in its time, as always (and no thread in tests/sim's world)
+                else:
+                    threading.Thread(target=self._settle_when_free, name="metadata-settle", daemon=True).start()
 
     def settle(self) -> None:
         """Return only when the reader's last fetch has been answered: one on the wire when the log is deleted comes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from support.clusters import crash_broker
@@ -138,14 +138,16 @@ def test_a_recreated_log_is_read_from_scratch(cluster: tuple[EphemeralClusters, 
     assert seen == _from_scratch(c)
 
 
+@pytest.mark.parametrize("seen", [False, True], ids=["command", "watcher"])
 def test_reads_share_one_consumer_that_survives_the_log_deleted_right_after_a_read(
-    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch, seen: bool
 ) -> None:
     """The reads of a process share one consumer (a new client's first request costs in proportion to the cluster's
     topics on Tansu). The log deleted the moment a read returns, while that consumer's last fetch may still be on
     the wire, and re-created longer than what was read: a kept consumer that fetched on with the topic id it knew,
     or whose last fetch came back for a deleted topic, crashed the whole process (SIGSEGV in librdkafka 2.16's
-    metadata cache, on Tansu)."""
+    metadata cache, on Tansu). `watcher`: reads given the end their caller saw, whose settle runs in a thread of
+    its own once they return: the next read waits for it."""
     _, c = cluster
     made: list[object] = []
     real_consumer = kafka.consumer
@@ -159,7 +161,7 @@ def test_reads_share_one_consumer_that_survives_the_log_deleted_right_after_a_re
     _create(MetaStore(c), f"{base}/first")
     monkeypatch.setattr(kafka, "consumer", counted)
     for round_ in range(4):
-        assert MetaStore(c).streams()  # a read, its fetches just done
+        assert MetaStore(c).streams(seen_end=_end(c) if seen else None)  # a read, its fetches just done
         _delete_metadata_topic(c)
         names = [f"{base}/r{round_}n{i}" for i in range(4)]
         other = MetaStore(_other_process(c))  # a store that saw the log deleted would not create it again
@@ -227,8 +229,9 @@ def test_a_read_asks_whether_the_log_exists_once_per_process(
     assert asked == []
 
 
-def _end(cluster: Cluster) -> int:
-    c = kafka.consumer(cluster)
+def _end(cluster: Cluster, make: Callable[..., kafka.Consumer] = kafka.consumer) -> int:
+    """The metadata log's end, asked by a consumer of its own (`make`: the real one, also where a test counts)."""
+    c = make(cluster)
     try:
         return kafka.watermarks(c, kafka.TopicPartition(METADATA_TOPIC, 0))[1]
     finally:
