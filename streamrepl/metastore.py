@@ -184,7 +184,9 @@ class _Log:
         consumer = self.reader
         check = self.next_offset - 1 if self.next_offset > 0 else None
         # Where the read may stop without end-of-partition: the record before the end the caller saw, when it has
-        # not been read already (then the log may have been read further by another thread: read to its end).
+        # not been read already (then the log may have been read further by another thread: read to its end). That
+        # end is exact: Tansu's can fall short only when the last batch holds several records, and each write here
+        # is a batch of its own (one produce, flushed, under write_lock).
         stop = seen_end - 1 if seen_end is not None and (check is None or check < seen_end) else None
         # From offset 0, not OFFSET_BEGINNING: asking where the beginning is made an empty log take 0.5 s to read.
         tp = kafka.TopicPartition(METADATA_TOPIC, 0)
