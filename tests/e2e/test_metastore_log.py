@@ -211,6 +211,30 @@ def test_a_store_that_saw_the_log_reads_it_deleted_as_no_streams(
     assert len(MetaStore(c).streams()) == 1
 
 
+def test_a_log_the_reader_does_not_find_but_the_cluster_has_is_an_error(
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker the reader asked does not know the log yet (another broker of the cluster told of it): not "no
+    streams", which would empty a gateway's plan, but an error, as before; the lookup client is asked to tell."""
+    _, c = cluster
+    path = f"/{uuid.uuid4().hex[:6]}/known"
+    _create(MetaStore(c), path)
+    assert path in MetaStore(c).streams()
+    log = metastore._log_of(c)
+    real = kafka.partitions_of
+
+    def reader_blind(consumer: kafka.Consumer, topic: str, timeout: float = kafka.REQUEST_TIMEOUT) -> int | None:
+        if consumer is log.reader and topic == METADATA_TOPIC:
+            return None
+        return real(consumer, topic, timeout)
+
+    with monkeypatch.context() as m:
+        m.setattr(kafka, "partitions_of", reader_blind)
+        with pytest.raises(Unreachable):
+            MetaStore(c).streams()
+    assert path in MetaStore(c).streams()
+
+
 def test_a_read_asks_whether_the_log_exists_once_per_process(
     cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
 ) -> None:
