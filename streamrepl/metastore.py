@@ -43,6 +43,10 @@ MAX_ATTEMPTS = 8
 FRESH_FOR_WRITE = 1.0
 
 
+class _Gone(Exception):
+    """The reader found no metadata log."""
+
+
 def _fold(state: dict[str, Record], key: bytes | None, value: bytes | None, offset: int) -> str | None:
     """Apply one log record to `state`; return the winning path when it was accepted."""
     if key is None or value is None:
@@ -87,6 +91,9 @@ class _Log:
         self.last_key: bytes | None = None  # the key of the record at next_offset - 1
         self.records_read = 0  # every record fetched, the check of the last one included (for tests)
         self.read_at = float("-inf")  # time.monotonic() of the last read of the log
+        #: the log was found at the last look (`exists`, or a read's own topic lookup): a read asks the reader alone.
+        #: A store per read asked first each time, a round trip before every read of the plan watcher (issue 28)
+        self.known = False
         #: asks which topics exist, and nothing else
         self.lookup: kafka.Consumer | None = None
         #: creates the streams' Kafka topics (`MetaStore.create_topics`): a new client's first request costs in
@@ -97,8 +104,15 @@ class _Log:
         #: when the log was deleted and re-created (SIGSEGV in librdkafka 2.16's metadata cache, in
         #: rd_kafka_metadata_update_op, on Tansu): when it fetched the new log by the old log's topic id, and when
         #: its last fetch, still on the wire as a read returned, was answered after the deletion. So each read asks
-        #: about the topic first and waits for its fetches to be answered before it returns.
+        #: about the topic first, and its fetches are answered (`settle`) before the reader asks or fetches again.
         self.reader: kafka.Consumer | None = None
+        #: the reader's last fetch may still be on the wire. It is settled under `lock` before the reader is used or
+        #: closed again; after a read given the end its caller saw (the plan watcher's), by a thread of its own as
+        #: soon as the read returns: waiting for it before the read returned was a round trip of every such read
+        #: (between `replica resume` and its first record; issue 28). Other reads settle before they return. What that wait also kept from the fetch is the caller's own deletion of the log right
+        #: after a read: nothing in streamrepl deletes it (tests do, on loopback, where the fetch comes back in 1 ms);
+        #: another process's deletion could always meet a fetch of a read on the wire.
+        self.unsettled = False
         self.producer: kafka.Producer | None = None
         self.write_lock = threading.Lock()  # one write at a time: each waits for its own delivery report
 
@@ -107,20 +121,44 @@ class _Log:
         self.state, self.accepted, self.next_offset, self.last_key = {}, set(), 0, None
         self.read_at = float("-inf")
 
-    def read(self, cluster: Cluster, until: int | None = None) -> None:
-        """Fold the records written since the last read (up to and including offset `until`, or the end).
+    def read(self, cluster: Cluster, until: int | None = None, seen_end: int | None = None) -> bool:
+        """Fold the records written since the last read (up to and including offset `until`, or the end); False when
+        the cluster has no metadata log (deleted: nothing is left of what was read).
 
         The log can be re-created or lose its tail behind our back (Tansu restarted on the same port keeps
         nothing; noida-db killed comes back without what it took since its last save): the read starts again
         at the record read last, and unless that very record (by its key, which no other write shares) is there,
-        the whole log is folded afresh."""
-        # Also when `until` was read already (by another thread): a writer must not take its record for read unless
-        # the log it was read from is still the one it wrote to.
-        if self.next_offset > 0 and not self._read_on(cluster, until):
-            self.forget()
-        if self.next_offset == 0:
-            self._read_on(cluster, until)
+        the whole log is folded afresh.
+
+        `seen_end`: an end of the log the caller saw (the plan watcher's change poll): the read may stop after the
+        record before it instead of at end-of-partition, which a fetch reports only once it comes back empty (a
+        round trip more), asks for no watermarks (a shorter log shows in the fetch's answer), and leaves the settle
+        of its reader to a thread (see `unsettled`). What was written after that end is the caller's next read."""
+        if not self.known and not self.exists(cluster):
+            return False
+        try:
+            # Also when `until` was read already (by another thread): a writer must not take its record for read
+            # unless the log it was read from is still the one it wrote to.
+            if self.next_offset > 0 and not self._read_on(cluster, until, seen_end):
+                self.forget()
+            if self.next_offset == 0:
+                self._read_on(cluster, until, None)
+        except _Gone:
+            # Deleted, or not yet known to the broker the reader asked (another broker of the cluster told of it):
+            # the first reads as no streams, as it does for a store that never saw the log; the second is an error.
+            self._drop_reader()
+            if self.exists(cluster):
+                raise kafka.unreachable(cluster, "reading stream metadata") from None
+            return False
         self.read_at = time.monotonic()
+        return True
+
+    def exists(self, cluster: Cluster) -> bool:
+        """Whether the cluster has a metadata log now (asked); forgets what was read when it has none."""
+        self.known = self.partitions_of(cluster, METADATA_TOPIC) is not None
+        if not self.known:
+            self.forget()
+        return self.known
 
     def partitions_of(self, cluster: Cluster, topic: str) -> int | None:
         """How many partitions a Kafka topic has (None: no such topic), asking about that topic alone with a kept
@@ -134,8 +172,10 @@ class _Log:
             lookup.close()
             raise kafka.unreachable(cluster, "listing topics") from None
 
-    def _read_on(self, cluster: Cluster, until: int | None) -> bool:
-        """Read on from the record read last (from the start when none was): False when it is not there."""
+    def _read_on(self, cluster: Cluster, until: int | None, seen_end: int | None) -> bool:
+        """Read on from the record read last (from the start when none was): False when it is not there.
+        Raises _Gone when the reader finds no log."""
+        self.settle()
         if self.reader is None:
             # A 1 ms fetch wait: a read ends at the partition's end, which a fetch with nothing to return reports only
             # after its wait (10 ms, the readers' default, was two thirds of a read on from the last record; 0 made
@@ -143,50 +183,37 @@ class _Log:
             self.reader = kafka.consumer(cluster, None, **{"fetch.wait.max.ms": 1})
         consumer = self.reader
         check = self.next_offset - 1 if self.next_offset > 0 else None
+        # Where the read may stop without end-of-partition: the record before the end the caller saw, when it has
+        # not been read already (then the log may have been read further by another thread: read to its end). That
+        # end is exact: Tansu's can fall short only when the last batch holds several records, and each write here
+        # is a batch of its own (one produce, flushed, under write_lock).
+        stop = seen_end - 1 if seen_end is not None and (check is None or check < seen_end) else None
         # From offset 0, not OFFSET_BEGINNING: asking where the beginning is made an empty log take 0.5 s to read.
+        tp = kafka.TopicPartition(METADATA_TOPIC, 0)
         start = kafka.TopicPartition(METADATA_TOPIC, 0, check if check is not None else 0)
         # consume() returns when it has `batch` records or after `wait`: a read on from the last one expects a few
         # records and takes each as it comes, a whole log is taken in large batches.
         batch = 1000 if check is None else 1
         records: Generator[kafka.Message, None, None] | None = None
         try:
-            # The watermarks (below) are asked for while the topic is looked up, not after: one round trip instead
-            # of two, before each read on (a gateway's plan watcher across a 50 ms line: between `replica resume`
-            # and its first record, issue 28). Neither fetches: the fetch comes after both.
-            marks: list[tuple[int, int] | Exception] = []
-            asker = None
-            if check is not None:
-
-                def ask() -> None:
-                    try:
-                        marks.append(kafka.watermarks(consumer, kafka.TopicPartition(METADATA_TOPIC, 0)))
-                    except Exception as e:  # noqa: BLE001 - raised again in the reading thread
-                        marks.append(e)
-
-                asker = threading.Thread(target=ask, name="metadata-watermarks", daemon=True)
-                asker.start()
-            try:
-                # librdkafka fetches by topic id: a kept consumer would fetch a re-created log by the id of the
-                # deleted one, and the answer crashed the process (see `reader`). Asking about the topic first
-                # updates the id.
-                found = kafka.partitions_of(consumer, METADATA_TOPIC)
-            finally:
-                if asker is not None:
-                    asker.join()
-            if found is None:
-                # Deleted since `_exists` saw it, or not yet known to the broker asked (another broker of the cluster
-                # told `_exists`): an error, as a new consumer's read of it was.
-                raise kafka.KafkaException(kafka.KafkaError(kafka.KafkaError.UNKNOWN_TOPIC_OR_PART))
-            if check is not None:
+            # librdkafka fetches by topic id: a kept consumer would fetch a re-created log by the id of the
+            # deleted one, and the answer crashed the process (see `reader`). Asking about the topic first
+            # updates the id.
+            if kafka.partitions_of(consumer, METADATA_TOPIC) is None:
+                raise _Gone
+            self.known = True
+            if check is not None and stop is None:
                 # Past the end, a fetch gets nothing (Tansu) and no end-of-partition either: the log is shorter than
                 # what was read, so it is another one. (Tansu's high watermark can fall short of the real end when
                 # the last batch holds several records; this then reads the log afresh, which is only slower.)
-                if isinstance(marks[0], Exception):
-                    raise marks[0]
-                low, high = marks[0]
+                low, high = kafka.watermarks(consumer, tp)
                 if not low <= check < high:
                     return False
-            records = kafka.read_partition(consumer, start, until, batch=batch, wait=0.01)
+            if stop is not None and stop < 0:
+                return check is None  # the caller saw an empty log: nothing to fetch
+            # Without the watermarks asked for: a log shorter than what was read ends the read at the fetch's answer.
+            ends_after = check if stop is not None else None
+            records = kafka.read_partition(consumer, start, until, batch=batch, wait=0.01, ends_after=ends_after)
             for m in records:
                 self.records_read += 1
                 offset = cast(int, m.offset())
@@ -195,11 +222,13 @@ class _Log:
                     if offset != check or m.key() != self.last_key:
                         return False
                     check = None
-                    continue
-                path = _fold(self.state, m.key(), m.value(), offset)
-                if path is not None:
-                    self.accepted.add(self.state[path]["_key"])
-                self.next_offset, self.last_key = offset + 1, m.key()
+                else:
+                    path = _fold(self.state, m.key(), m.value(), offset)
+                    if path is not None:
+                        self.accepted.add(self.state[path]["_key"])
+                    self.next_offset, self.last_key = offset + 1, m.key()
+                if stop is not None and offset >= stop:
+                    break  # `until` ends read_partition itself
             return check is None  # an empty log when a record was read before: it was re-created
         except (TimeoutError, kafka.KafkaException):
             records = None
@@ -208,19 +237,34 @@ class _Log:
         finally:
             if records is not None:
                 records.close()  # unassigns, also when the read stopped early
-                self._settle_reader()
+                self.unsettled = True
+                if seen_end is None:
+                    self.settle()  # a command's read: in its time, as always (and no thread in tests/sim's world)
+                else:
+                    threading.Thread(target=self._settle_when_free, name="metadata-settle", daemon=True).start()
 
-    def _settle_reader(self) -> None:
+    def settle(self) -> None:
         """Return only when the reader's last fetch has been answered: one on the wire when the log is deleted comes
         back for a topic the consumer no longer knows, which crashed the process (see `reader`). The broker answers
-        a connection's requests in order, so the answer to a request sent after the read ends comes after it."""
-        assert self.reader is not None
+        a connection's requests in order, so the answer to a request sent after the read ends comes after it. Under
+        `lock`: before the reader asks or fetches again, or is closed."""
+        if not self.unsettled:
+            return
+        self.unsettled = False
+        if self.reader is None:
+            return
         try:
             kafka.watermarks(self.reader, kafka.TopicPartition(METADATA_TOPIC, 0))
         except kafka.KafkaException:
             self._drop_reader()  # the log is gone already, or the broker: closing waits for what is on the wire
 
+    def _settle_when_free(self) -> None:
+        """Settle after the read that started this thread returned (its caller holds `lock` until then)."""
+        with self.lock:
+            self.settle()
+
     def _drop_reader(self) -> None:
+        self.unsettled = False  # closing waits for what is on the wire
         if self.reader is not None:
             reader, self.reader = self.reader, None
             reader.close()
@@ -278,18 +322,10 @@ class MetaStore:
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
-        self._seen = False  # the metadata topic once seen stays: no need to ask the broker again
+        self._seen = False  # a write found the metadata topic: no need to ask the broker again
         self._log = _log_of(cluster)
 
     # -- reading ---------------------------------------------------------------------
-    def _exists(self) -> bool:
-        if not self._seen:
-            with self._log.lock:
-                self._seen = self._log.partitions_of(self.cluster, METADATA_TOPIC) is not None
-                if not self._seen:
-                    self._log.forget()
-        return self._seen
-
     def partitions_of(self, kafka_topic: str) -> int | None:
         """How many partitions a Kafka topic of this cluster has now (None: it does not exist); with the client the
         store keeps, so that a command that already read the metadata asks without connecting again."""
@@ -309,17 +345,18 @@ class MetaStore:
                 self._log.admin = None  # a fresh one next time: this one's connection may be what failed
             raise
 
-    def _read(self, until: int | None = None) -> dict[str, Record]:
-        """The log folded up to its end (or at least up to and including offset `until`)."""
-        if not self._exists():
-            return {}
+    def _read(self, until: int | None = None, seen_end: int | None = None) -> dict[str, Record]:
+        """The log folded up to its end (or at least up to and including offset `until`; see _Log.read for
+        `seen_end`); empty when the cluster has no log (none made yet, or deleted since it was read)."""
         with self._log.lock:
-            self._log.read(self.cluster, until)
+            if not self._log.read(self.cluster, until, seen_end):
+                return {}
             return dict(self._log.state)  # records are replaced, never changed, by a fold: a shallow copy is safe
 
-    def streams(self) -> dict[str, Stream]:
-        """Every live stream of the cluster, by path."""
-        return {p: _stream(r) for p, r in self._read().items() if not r.get("deleted")}
+    def streams(self, seen_end: int | None = None) -> dict[str, Stream]:
+        """Every live stream of the cluster, by path. `seen_end`: an end of the metadata log the caller saw (the
+        plan watcher's change poll); what was written after it may be left to the next read."""
+        return {p: _stream(r) for p, r in self._read(seen_end=seen_end).items() if not r.get("deleted")}
 
     def get(self, path: str) -> Stream | None:
         rec = self._read().get(path)
@@ -327,7 +364,12 @@ class MetaStore:
 
     # -- writing ---------------------------------------------------------------------
     def _ensure_topic(self) -> None:
-        if not self._exists():
+        """Make the log when the cluster has none. Asked once per store, not taken from what the process read: a log
+        deleted since is made again, not written to as if it were there."""
+        if not self._seen:
+            with self._log.lock:
+                self._seen = self._log.exists(self.cluster)
+        if not self._seen:
             kafka.create_compacted_topic(self.cluster, METADATA_TOPIC)
 
     def _append(self, path: str, rec: Record) -> tuple[int, str, bytes]:

@@ -30,6 +30,7 @@ def read_partition(
     timeout: float = REQUEST_TIMEOUT,
     batch: int = 1000,
     wait: float = 0.01,
+    ends_after: int | None = None,
 ) -> Generator[Message, None, None]:
     """The records of one partition from `start.offset`, in order, until its end.
 
@@ -38,6 +39,11 @@ def read_partition(
     `batch` and `wait` are consume()'s count and timeout: the small defaults make a small
     partition read in a few milliseconds instead of waiting for a full batch. The consumer is
     unassigned when the reading ends, including when the caller stops early.
+
+    `ends_after`: an offset the partition is known to hold; the reading also ends when a fetch's answer (its cached
+    high watermark, no request) says the partition ends at or before it. A fetch past a partition's end gets no
+    end-of-partition from some brokers (Tansu): without this, a read of a partition that became shorter than the
+    caller knew it (deleted and created again) waited `timeout`.
     """
     c.assign([start])
     deadline = time.monotonic() + timeout
@@ -55,6 +61,8 @@ def read_partition(
                 if until is not None and cast(int, m.offset()) >= until:
                     return
             if eof and until is None:
+                return
+            if ends_after is not None and 0 <= c.get_watermark_offsets(start, cached=True)[1] <= ends_after:
                 return
     finally:
         c.unassign()

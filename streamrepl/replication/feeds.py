@@ -14,12 +14,14 @@ has and tells this class to add or remove them. This class never fails or drops 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import discovery, kafka
 from ..kafka import Consumer, KafkaException, TopicPartition
+from ..paths import METADATA_TOPIC
 from ..registry import Cluster
 from .lanes import Lanes
 from .links import Link, Unit
@@ -39,6 +41,8 @@ FETCH_QUEUE_BACKOFF_MS = 10
 INTRODUCE_ONE_BY_ONE = 8
 #: How long the loop waits for a source cluster to say where the topics new to its consumer are (seconds).
 INTRODUCE_TIMEOUT = 0.5
+#: How long a spare consumer (SourceFeeds.keep_spares) waits for its source cluster to answer when it is made (seconds)
+SPARE_TIMEOUT = 10.0
 
 
 def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
@@ -120,6 +124,12 @@ class SourceFeeds:
         self._topic_ids = TopicIds()
         #: source clusters whose consumer (or quiet end watch) lost its connection since the table last looked
         self._lost: set[str] = set()
+        #: source cluster name -> a consumer connected ahead of the first lane of that cluster (keep_spares); the
+        #: names of those being connected; both under _spare_lock (spares are made in threads of their own)
+        self._spares: dict[str, Consumer] = {}
+        self._warming: set[str] = set()
+        self._spare_lock = threading.Lock()
+        self._closed = False
 
     # -- what the loop reads -------------------------------------------------------------------
     def link(self, name: str) -> Link | None:
@@ -163,9 +173,46 @@ class SourceFeeds:
         lane = self._lanes.lane(link)
         c = self.consumers.get(lane)
         if c is None:
-            c = self._new_source_consumer(link.src_cluster)
+            with self._spare_lock:
+                spare = self._spares.pop(link.src_cluster.name, None)
+            c = spare if spare is not None else self._new_source_consumer(link.src_cluster)
             self.consumers[lane] = c
         return lane, c
+
+    # -- spare consumers -------------------------------------------------------------------------
+    def keep_spares(self, clusters: Iterable[Cluster]) -> None:
+        """Keep a consumer connected to each of `clusters` (the source clusters of the plan: those of links held
+        paused among them) that no link with feeds reads; the first lane of its cluster takes it. A new consumer costs
+        four round trips before its first fetch (ApiVersions and Metadata at the bootstrap address, ApiVersions and
+        Fetch at the broker's): across a WAN, most of the time from `replica resume` to its first record (issue 28);
+        taken ready, the topic's lookup (NewTopics) and the fetch are left. A spare is made, and asks its cluster's
+        metadata log's end once (which connects it to both addresses), in a thread of its own; it then reads nothing.
+        Spares of clusters no longer asked for, or read by a lane now, are closed."""
+        wanted = {c.name: c for c in clusters}
+        for link in self._links.values():
+            wanted.pop(link.src_cluster.name, None)
+        with self._spare_lock:
+            unwanted = [self._spares.pop(name) for name in [n for n in self._spares if n not in wanted]]
+            new = [c for name, c in wanted.items() if name not in self._spares and name not in self._warming]
+            self._warming.update(c.name for c in new)
+        for c in unwanted:
+            c.close()
+        for cluster in new:
+            threading.Thread(target=self._warm, args=(cluster,), name="spare-consumer", daemon=True).start()
+
+    def _warm(self, cluster: Cluster) -> None:
+        c: Consumer | None = None
+        try:
+            c = self._new_source_consumer(cluster)
+            c.offsets_for_times([TopicPartition(METADATA_TOPIC, 0, kafka.LATEST)], timeout=SPARE_TIMEOUT)
+        except Exception as e:  # noqa: BLE001 - only a head start: connected or not, a spare is kept
+            log.debug("a spare consumer of %s did not connect: %s", cluster.name, e)
+        with self._spare_lock:
+            self._warming.discard(cluster.name)
+            if c is not None and not self._closed and cluster.name not in self._spares:
+                self._spares[cluster.name], c = c, None
+        if c is not None:
+            c.close()
 
     def add(self, state: UnitState, link: Link, src_kt: str, start_quiet: bool) -> None:
         """Feed `state` from the link's source partition, from the writer's next offset. `start_quiet`: many
@@ -374,5 +421,10 @@ class SourceFeeds:
         for c in self.consumers.values():
             c.close()
         self.consumers.clear()
+        with self._spare_lock:
+            self._closed = True
+            spares, self._spares = list(self._spares.values()), {}
+        for c in spares:
+            c.close()
         if self.quiet is not None:
             self.quiet.close()

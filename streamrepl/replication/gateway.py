@@ -92,6 +92,8 @@ class Gateway:
         #: the last of them ended (workers.exit_text)
         self.stats = GatewayStats(self.id, restarts=restarts)
         self._new_producer = new_producer
+        #: spare source consumers are kept (SourceFeeds.keep_spares) only when they are real ones
+        self._keep_spares = new_source_consumer is source_consumer
         if new_source_consumer is source_consumer:
             # Real source consumers report a lost connection, so that their feeds are checked again (see
             # UnitTable.recheck_lost_sources); the end watches report it with their news (SourceFeeds.quiet_news).
@@ -226,6 +228,8 @@ class Gateway:
             self._wanted = (plan, slots, {u: f for u, f in plan.units.items() if slot_of(u) in slots})
         wanted = self._wanted[2]
         self.table.follow(plan, present, wanted, self.session.ready_to_acquire(), self.session.producer)
+        if self._keep_spares:  # a `replica resume` then needs no new connection to its source (issue 28)
+            self.feeds.keep_spares(c for c in plan.clusters if c.name != self.cluster.name)
 
     def serve_metrics(self, addr: str, port: int) -> int:
         """Serve Prometheus metrics (see metrics.py), with the count of the cluster's partitions that no live gateway

@@ -65,9 +65,10 @@ class Plan:
     sources: dict[StreamPath, tuple[Cluster, Stream]] = field(default_factory=dict)
 
 
-def read_streams(cluster: Cluster) -> dict[str, Stream]:
-    """Every stream record of a cluster's metadata."""
-    return MetaStore(cluster).streams()
+def read_streams(cluster: Cluster, seen_end: int | None = None) -> dict[str, Stream]:
+    """Every stream record of a cluster's metadata. `seen_end`: the end of its metadata log the caller saw (the plan
+    watcher's change poll): the read may stop there (MetaStore.streams)."""
+    return MetaStore(cluster).streams(seen_end)
 
 
 def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str, Stream]] = read_streams) -> Plan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .. import kafka, topics
 from ..errors import StreamreplError, Unreachable
@@ -25,8 +25,10 @@ class Planner:
         cluster: Cluster,
         list_topics: Callable[[Cluster], dict[str, int]] | None = None,
         create_topics: Callable[..., None] | None = None,
-        read_streams: Callable[[Cluster], dict[str, Stream]] = read_streams,
+        read_streams: Callable[..., dict[str, Stream]] = read_streams,
     ):
+        """`read_streams(cluster[, seen_end])`: links.read_streams; `seen_end` is passed only when discover was given
+        the cluster's end."""
         self.reg = reg
         self.cluster = cluster
         self._list_topics = list_topics or self._list_with_kept_client
@@ -63,27 +65,34 @@ class Planner:
         """Let the kept admin clients go (librdkafka closes an admin client when it is no longer referenced)."""
         self._admins.clear()
 
-    def discover(self, known: Sequence[Cluster] = ()) -> Plan:
+    def discover(self, known: Sequence[Cluster] = (), ends: Mapping[str, int] | None = None) -> Plan:
         """The plan the stream metadata asks for now. The `known` clusters (those of the last plan) are read at the
         same time, each in a thread of its own: one after the other, each read's new client and its requests added
         up (15 ms a cluster on Tansu, between a `replica resume` and its first record). A read that failed is not
         tried again (a cluster that does not answer would cost its timeout twice): its error reaches the planner,
-        which reports it as always."""
+        which reports it as always. `ends`: cluster name -> the end of its metadata log the caller saw (the plan
+        watcher's change poll): its read may stop there instead of asking for the end again (issue 28)."""
+        seen = dict(ends or {})
+
+        def read_one(cluster: Cluster) -> dict[str, Stream]:
+            end = seen.get(cluster.name)
+            return self._read_streams(cluster) if end is None else self._read_streams(cluster, end)
+
         if len(known) < 2:
-            return discover(self.reg, self.cluster.name, self._read_streams)
+            return discover(self.reg, self.cluster.name, read_one)
         got: dict[str, dict[str, Stream]] = {}
         failed: dict[str, Exception] = {}
 
         def read(cluster: Cluster) -> None:
             try:
-                got[cluster.name] = self._read_streams(cluster)
+                got[cluster.name] = read_one(cluster)
             except Exception as e:  # noqa: BLE001 - raised again where the planner reads it
                 failed[cluster.name] = e
 
         def read_or_raise(cluster: Cluster) -> dict[str, Stream]:
             if cluster.name in failed:
                 raise failed[cluster.name]
-            return got[cluster.name] if cluster.name in got else self._read_streams(cluster)
+            return got[cluster.name] if cluster.name in got else read_one(cluster)
 
         threads = [threading.Thread(target=read, args=(c,), name="plan-read", daemon=True) for c in known[1:]]
         for t in threads:

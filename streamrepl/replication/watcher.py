@@ -128,7 +128,10 @@ class PlanWatcher:
                         read_ends = seen
                     else:
                         read_ends = self._metadata_ends(plan.clusters)
-                    plan = self.planner.discover(plan.clusters if plan is not None else ())
+                    # Each read may stop at the end taken for it: asking for the end again, or fetching until a
+                    # fetch comes back empty to see end-of-partition, each cost a round trip (issue 28).
+                    ends = {name: end for name, end in read_ends.items() if end >= 0}
+                    plan = self.planner.discover(plan.clusters if plan is not None else (), ends)
                     # Its end taken after the read (at the wait) would hide a record written there meanwhile (a
                     # `replica resume` into a source cluster while the topics were listed): read once more, with
                     # every end taken first. Only when the clusters of the plan change.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from support.clusters import crash_broker
@@ -138,14 +138,16 @@ def test_a_recreated_log_is_read_from_scratch(cluster: tuple[EphemeralClusters, 
     assert seen == _from_scratch(c)
 
 
+@pytest.mark.parametrize("seen", [False, True], ids=["command", "watcher"])
 def test_reads_share_one_consumer_that_survives_the_log_deleted_right_after_a_read(
-    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch, seen: bool
 ) -> None:
     """The reads of a process share one consumer (a new client's first request costs in proportion to the cluster's
     topics on Tansu). The log deleted the moment a read returns, while that consumer's last fetch may still be on
     the wire, and re-created longer than what was read: a kept consumer that fetched on with the topic id it knew,
     or whose last fetch came back for a deleted topic, crashed the whole process (SIGSEGV in librdkafka 2.16's
-    metadata cache, on Tansu)."""
+    metadata cache, on Tansu). `watcher`: reads given the end their caller saw, whose settle runs in a thread of
+    its own once they return: the next read waits for it."""
     _, c = cluster
     made: list[object] = []
     real_consumer = kafka.consumer
@@ -159,7 +161,7 @@ def test_reads_share_one_consumer_that_survives_the_log_deleted_right_after_a_re
     _create(MetaStore(c), f"{base}/first")
     monkeypatch.setattr(kafka, "consumer", counted)
     for round_ in range(4):
-        assert MetaStore(c).streams()  # a read, its fetches just done
+        assert MetaStore(c).streams(seen_end=_end(c) if seen else None)  # a read, its fetches just done
         _delete_metadata_topic(c)
         names = [f"{base}/r{round_}n{i}" for i in range(4)]
         other = MetaStore(_other_process(c))  # a store that saw the log deleted would not create it again
@@ -192,18 +194,115 @@ def test_a_reader_that_failed_is_dropped_and_made_anew(
     assert log.reader is not None and log.reader is not failed
 
 
-def test_a_store_that_saw_the_log_reads_it_deleted_as_an_error(
+def test_a_store_that_saw_the_log_reads_it_deleted_as_no_streams(
     cluster: tuple[EphemeralClusters, Cluster],
 ) -> None:
-    """A store asks whether the log exists once; deleted after that, its next read fails at once, as it did with a
-    consumer of its own for each read (the kept one asks about the topic first), and a new store finds no streams."""
+    """Whether the log exists is asked once per process, not once per store (the plan watcher's store per read paid
+    a round trip for it before every read, issue 28): deleted after that, a read finds no streams, as a store that
+    never saw the log does, and not an error."""
     _, c = cluster
     store = MetaStore(c)
     _create(store, f"/{uuid.uuid4().hex[:6]}/gone")
+    assert store.streams()
     _delete_metadata_topic(c)
-    with pytest.raises(Unreachable):
-        store.streams()
+    assert store.streams() == {}
     assert MetaStore(c).streams() == {}
+    _create(MetaStore(c), f"/{uuid.uuid4().hex[:6]}/back")  # a write makes the log again
+    assert len(MetaStore(c).streams()) == 1
+
+
+def test_a_log_the_reader_does_not_find_but_the_cluster_has_is_an_error(
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker the reader asked does not know the log yet (another broker of the cluster told of it): not "no
+    streams", which would empty a gateway's plan, but an error, as before; the lookup client is asked to tell."""
+    _, c = cluster
+    path = f"/{uuid.uuid4().hex[:6]}/known"
+    _create(MetaStore(c), path)
+    assert path in MetaStore(c).streams()
+    log = metastore._log_of(c)
+    real = kafka.partitions_of
+
+    def reader_blind(consumer: kafka.Consumer, topic: str, timeout: float = kafka.REQUEST_TIMEOUT) -> int | None:
+        if consumer is log.reader and topic == METADATA_TOPIC:
+            return None
+        return real(consumer, topic, timeout)
+
+    with monkeypatch.context() as m:
+        m.setattr(kafka, "partitions_of", reader_blind)
+        with pytest.raises(Unreachable):
+            MetaStore(c).streams()
+    assert path in MetaStore(c).streams()
+
+
+def test_a_read_asks_whether_the_log_exists_once_per_process(
+    cluster: tuple[EphemeralClusters, Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, c = cluster
+    _create(MetaStore(c), f"/{uuid.uuid4().hex[:6]}/once")
+    asked: list[Cluster] = []
+    real = metastore._Log.exists
+
+    def counted(self: metastore._Log, on: Cluster) -> bool:
+        asked.append(on)
+        return real(self, on)
+
+    monkeypatch.setattr(metastore._Log, "exists", counted)
+    for _ in range(3):
+        assert MetaStore(c).streams()
+    assert asked == []
+
+
+def _end(cluster: Cluster, make: Callable[..., kafka.Consumer] = kafka.consumer) -> int:
+    """The metadata log's end, asked by a consumer of its own (`make`: the real one, also where a test counts)."""
+    c = make(cluster)
+    try:
+        return kafka.watermarks(c, kafka.TopicPartition(METADATA_TOPIC, 0))[1]
+    finally:
+        c.close()
+
+
+def test_a_read_may_stop_at_the_end_its_caller_saw(cluster: tuple[EphemeralClusters, Cluster]) -> None:
+    """The plan watcher's change poll saw the end move: the read stops after the record before that end instead of
+    fetching until a fetch comes back empty (end-of-partition: a round trip more, issue 28). What was written after
+    it is the next read's."""
+    _, c = cluster
+    base = f"/{uuid.uuid4().hex[:6]}"
+    _create(MetaStore(c), f"{base}/a")
+    assert f"{base}/a" in MetaStore(c).streams()
+    other = MetaStore(_other_process(c))
+    _create(other, f"{base}/b")
+    end = _end(c)
+    _create(other, f"{base}/c")
+    seen = MetaStore(c).streams(seen_end=end)
+    assert f"{base}/b" in seen and f"{base}/c" not in seen
+    assert MetaStore(c).streams() == _from_scratch(c)
+    assert f"{base}/c" in MetaStore(c).streams(seen_end=end)  # an end read already: read on to the end
+
+
+@pytest.mark.parametrize("after", [0, 1, 40], ids=["deleted", "shorter", "longer"])
+def test_a_seen_end_from_before_the_log_was_recreated(cluster: tuple[EphemeralClusters, Cluster], after: int) -> None:
+    """The end was taken, then the log deleted and made again (another process): the read finds the new log, at
+    once, without the watermarks it no longer asks for (past the end, a Tansu fetch gets nothing and no
+    end-of-partition: such a read waited for its timeout and failed)."""
+    _, c = cluster
+    base = f"/{uuid.uuid4().hex[:6]}"
+    for i in range(30):
+        _create(MetaStore(c), f"{base}/old{i}")
+    assert f"{base}/old29" in MetaStore(c).streams()
+    other = MetaStore(_other_process(c))
+    _create(other, f"{base}/last")
+    end = _end(c)
+    _delete_metadata_topic(c)
+    other = MetaStore(_other_process(c))
+    for i in range(after):
+        _create(other, f"{base}/new{i}")
+    seen = MetaStore(c).streams(seen_end=end)
+    if after < 30:
+        assert sorted(seen) == sorted(f"{base}/new{i}" for i in range(after))
+    else:  # the new log may be read up to the end that was seen; the old streams never
+        assert not any("/old" in p or p.endswith("/last") for p in seen)
+    assert MetaStore(c).streams() == _from_scratch(c)
 
 
 def test_a_broker_restart_is_read_from_scratch(cluster: tuple[EphemeralClusters, Cluster]) -> None:

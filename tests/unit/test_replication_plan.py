@@ -257,6 +257,22 @@ def test_the_clusters_of_the_last_plan_are_read_at_the_same_time() -> None:
     assert (plan.units, plan.topics, plan.problems) == (alone.units, alone.topics, alone.problems)
 
 
+@pytest.mark.parametrize("known", [0, 3], ids=["first-read", "together"])
+def test_each_read_is_given_the_end_its_caller_saw(known: int) -> None:
+    """The plan watcher's change poll took each metadata log's end: the read may stop there (issue 28). A cluster
+    without one is read as before (a reader given only the cluster keeps working)."""
+    given: dict[str, int | None] = {}
+
+    def read(cluster: Cluster, seen_end: int | None = None) -> dict[str, Stream]:
+        given[cluster.name] = seen_end
+        return read_streams(cluster)
+
+    planner = Planner(REG, CLUSTERS["ny"], list_topics=lambda cluster: {}, read_streams=read)
+    clusters = [CLUSTERS["ny"], CLUSTERS["sf"], CLUSTERS["tokyo"]][:known]
+    planner.discover(clusters, {"ny": 4, "sf": 9})
+    assert given == {"ny": 4, "sf": 9, "tokyo": None}
+
+
 def test_a_cluster_that_cannot_be_read_is_read_once_and_named() -> None:
     # Read again after the reads at the same time, a cluster that does not answer would cost its timeout twice.
     reads: list[str] = []

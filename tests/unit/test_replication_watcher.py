@@ -56,7 +56,7 @@ class FakePlanner:
         self.during_pass = during_pass
         self.read_again = threading.Event()
 
-    def discover(self, known: Any = ()) -> Plan:
+    def discover(self, known: Any = (), ends: Any = None) -> Plan:
         self.reads += 1
         if self.reads > 1:
             self.read_again.set()

@@ -64,6 +64,8 @@ class Events:
     def __init__(self) -> None:
         self.ends = {"ny": 5, "sf": 7}
         self.log: list[tuple[str, ...]] = []
+        #: the ends each read was given (Planner.discover's `ends`)
+        self.read_ends: list[dict[str, int] | None] = []
         self.lock = threading.Lock()
 
     def consumer(self, cluster: Cluster) -> Any:
@@ -86,9 +88,10 @@ class Planner:
     def __init__(self, events: Events) -> None:
         self.events = events
 
-    def discover(self, known: Any = ()) -> Plan:
+    def discover(self, known: Any = (), ends: dict[str, int] | None = None) -> Plan:
         with self.events.lock:
             self.events.log.append(("read",))
+            self.events.read_ends.append(None if ends is None else dict(ends))
         return Plan([], {}, {}, [], clusters=[NY, SF])
 
     def adopt_source_topics(self, plan: Plan) -> bool:
@@ -129,3 +132,26 @@ def test_a_change_is_read_without_asking_for_the_ends_again(monkeypatch: pytest.
     # The asks before the read: those of the change poll that saw it (one per cluster), none after it.
     assert before_read[-1] == ("ask", "sf", "8") or before_read[-2:] == [("ask", "sf", "8"), ("ask", "ny", "5")]
     assert sum(1 for e in before_read if e == ("ask", "sf", "8")) == 1
+
+
+def test_a_change_is_read_up_to_the_ends_the_poll_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The read may stop at those ends: fetching on until a fetch came back empty (end-of-partition), and asking for
+    # the end again, each cost a round trip between `replica resume` and its first record (issue 28).
+    monkeypatch.setattr(watcher, "REFRESH_SECONDS", 60.0)
+    monkeypatch.setattr(watcher, "FULL_READ_SECONDS", 600.0)
+    events = Events()
+    w = PlanWatcher(Planner(events), events.consumer)  # type: ignore[arg-type]
+    w.start()
+    try:
+        deadline = time.monotonic() + 30  # hang guards, not time limits
+        while len(events.log) < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with events.lock:
+            events.ends["sf"] += 1
+            reads = len(events.read_ends)
+        while len(events.read_ends) == reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        w.stop()
+    assert events.read_ends[0] in (None, {})  # the first read has no ends taken before it
+    assert events.read_ends[reads:][:1] == [{"ny": 5, "sf": 8}]
