@@ -11,14 +11,7 @@ import pytest
 from .world import World, replay_command
 
 #: seeds that fail now, with why: skipped by the sweeps, kept as tests (test_known_failures) until they pass
-KNOWN: dict[int, str] = {
-    140: "the final check lands on the very step where gateway gw3 restarts after a fence (it was fenced twice after"
-    " the faults stopped: 30.27 and 34.07): each of its processes puts the diverged partition 1 in ERROR within 0.6 s"
-    " of its start, but the check at 34.07 sees the new process's empty table. Found when h-resume's metastore changed"
-    " the requests a plan read makes (no existence lookup per read), which moves the random faults; main passes it"
-    " (0 of 3,000 seeds fail there, 1 here). Open: the harness's snapshot at a restart, and why a gateway started"
-    " under its id after the faults stopped is fenced again (SlotGroup)",
-}
+KNOWN: dict[int, str] = {}
 
 #: the restart stall (issue 23): a new gateway after the last one was SIGKILLed, on a broker that never expires a
 #: dead member; fails with SlotGroup's look for dead seats taken out (docs/simulation.md)
@@ -26,6 +19,10 @@ STALL = (1, "restart")
 
 #: the seeds that found bugs (each failed before its fix: docs/simulation.md, "What it found")
 FOUND = {
+    (140, "default"): "the harness's own final check: a gateway fenced and started again at the very moment of the"
+    " check had an empty table, so a partition its last process had put in ERROR (and reported) read as neither"
+    " caught up nor in ERROR; the check now reads the gateways' reports too, as replica list does (World.errored)",
+    (8745, "default"): "as 140 (kafka flavour, two gateways)",
     (19, "restart"): "a gateway killed after joining the slot group with its first report still queued: its seat"
     " was never adopted (SlotGroup.dead_seats: a member without a report for longer than LIVE_SECONDS is dead)",
     (940, "default"): "a source topic re-created, written a little, then quiet: the re-read check was skipped and"
