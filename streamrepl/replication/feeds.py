@@ -1,9 +1,9 @@
 """The source feeds: which consumer reads each source partition that feeds a replica partition, and what those
 consumers' last fetches say.
 
-One owner for the consumers of the source partitions: their lanes (lanes.py: one consumer per source cluster, more
-where links share a source stream), the routing of a lane's records to the link they belong to, the feeds each link
-has, the topics new to a consumer (NewTopics), pause/seek/resume of throttled feeds, quiet feeds (quiet.py: not
+One owner for the consumers of the source partitions: their lanes (lanes.py: a few consumers per source cluster, its
+lane's strands, more where links share a source stream), the routing of a strand's records to the link they belong
+to, the feeds each link has, the topics new to a consumer (NewTopics), pause/seek/resume of throttled feeds, quiet feeds (quiet.py: not
 fetched, their ends watched) and their wake, the source clusters whose connection was lost, and the records not
 applied yet (from the cached watermarks of the last fetches: no request).
 
@@ -14,6 +14,7 @@ has and tells this class to add or remove them. This class never fails or drops 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from .. import discovery, kafka
 from ..kafka import Consumer, KafkaException, TopicPartition
 from ..registry import Cluster
-from .lanes import Lanes
+from .lanes import Lanes, fan_of
 from .links import Link, Unit
 from .quiet import QuietFeeds, due, reports_lost_connection
 from .state import UnitState
@@ -35,6 +36,12 @@ log = logging.getLogger("streamrepl.gateway")
 #: idle 30 % of the run; with 10 ms 108-142k/s, same brokers, same minutes; BENCHMARKS.md, issue 15). The wait is
 #: a timer inside the client: no request is sent while the prefetch is full.
 FETCH_QUEUE_BACKOFF_MS = 10
+#: librdkafka's queued.max.messages.kbytes (a consumer's prefetch), shared out among a lane's strands, and the least
+#: a strand is given (two fetch answers of Tansu's ~4.2 MB).
+QUEUED_KBYTES = 65536
+QUEUED_KBYTES_MIN = 8192
+#: max.partition.fetch.bytes of a strand (librdkafka's default: 1 MB).
+PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 #: Up to this many topics new to a source consumer are asked for one by one; more (a gateway starting) in one listing.
 INTRODUCE_ONE_BY_ONE = 8
 #: How long the loop waits for a source cluster to say where the topics new to its consumer are (seconds).
@@ -42,15 +49,27 @@ INTRODUCE_TIMEOUT = 0.5
 
 
 def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
-    """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
-    the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py.
-    `on_lost(cluster name)` is called (from within its consume) when it lost its connection to a broker."""
+    """A consumer of the source partitions that carry records (one strand of a lane, lanes.py): long queues, and
+    fetches that wait no longer than the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms).
+    Quiet ones: quiet.py. `on_lost(cluster name)` is called (from within its consume) when it lost its connection to
+    a broker."""
     discovery.learn_cached(cluster)
+    fan = fan_of(cluster)
     extra: dict[str, Any] = {
         "fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster),
         "queued.min.messages": 200000,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
+    sizes = {
+        # A lane's strands share out librdkafka's one-consumer prefetch (64 MB) instead of each holding as much:
+        # spreading a lane's feeds over more consumers must not multiply what the gateway holds.
+        "queued.max.messages.kbytes": max(QUEUED_KBYTES_MIN, QUEUED_KBYTES // fan),
+        # A strand holds a few of its lane's partitions: with librdkafka's 1 MB a partition a fetch, a strand of one
+        # partition would bring 1 MB a round trip; the broker caps the whole answer anyway (Tansu ~4.2 MB).
+        "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
+    }
+    # The registry's own choice stands (a broker that answers larger fetches, a host with less memory).
+    extra.update({k: v for k, v in sizes.items() if k not in cluster.client_properties})
     extra.update(reports_lost_connection(cluster, on_lost))
     return kafka.consumer(cluster, **extra)
 
@@ -64,49 +83,61 @@ class NewTopics:
     leader at once."""
 
     def __init__(self) -> None:
-        #: consumer (its lane) -> the source topics it was told of, and those it must be told of
+        #: consumer (its strand, lanes.py) -> the source topics it was told of, and those it must be told of
         self.told: dict[str, set[str]] = {}
         self.pending: dict[str, set[str]] = {}
 
-    def assign(self, consumer: Consumer, lane: str, tp: TopicPartition) -> None:
+    def assign(self, consumer: Consumer, strand: str, tp: TopicPartition) -> None:
         """`consumer.incremental_assign([tp])`; its topic, when new to it, is asked for at the next `introduce`."""
         consumer.incremental_assign([tp])
-        self.expect(lane, tp)
+        self.expect(strand, tp)
 
-    def expect(self, lane: str, tp: TopicPartition) -> None:
-        """The lane's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
+    def expect(self, strand: str, tp: TopicPartition) -> None:
+        """The strand's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
         it, is asked for at the next `introduce`, so that the wake does not wait for librdkafka's scan."""
-        if tp.topic not in self.told.get(lane, ()):
-            self.pending.setdefault(lane, set()).add(tp.topic)
+        if tp.topic not in self.told.get(strand, ()):
+            self.pending.setdefault(strand, set()).add(tp.topic)
 
     def introduce(self, consumers: dict[str, Consumer]) -> None:
-        """Ask each consumer (lane -> consumer) about its new topics (a failure is left to the consumer's own scan).
-        A lane whose consumer is gone is forgotten: a new one for it knows nothing."""
+        """Ask each consumer (strand -> consumer) about its new topics (a failure is left to the consumer's own scan).
+        A strand whose consumer is gone is forgotten: a new one for it knows nothing. The consumers are asked at
+        once, each from a thread of its own: a lane's strands asked one after another cost a round trip to the
+        source each (four strands: 0.8 s more to a resume at 100 ms)."""
         self.told = {name: topics for name, topics in self.told.items() if name in consumers}
         pending, self.pending = self.pending, {}
-        for name, topics in pending.items():
-            c = consumers.get(name)
-            if c is None:
-                continue
+        asks = [(name, consumers[name], topics) for name, topics in pending.items() if name in consumers]
+        for name, _, topics in asks:
             self.told.setdefault(name, set()).update(topics)
-            try:
-                if len(topics) <= INTRODUCE_ONE_BY_ONE:
-                    for topic in topics:
-                        c.list_topics(topic, timeout=INTRODUCE_TIMEOUT)
-                else:
-                    c.list_topics(timeout=INTRODUCE_TIMEOUT)
-            except Exception as e:  # noqa: BLE001 - only a head start: the consumer's own scan finds them
-                log.debug("could not ask for the topics new to %s's consumer: %s", name, e)
+        if len(asks) == 1:
+            _introduce(*asks[0])
+            return
+        threads = [threading.Thread(target=_introduce, args=ask, name="streamrepl-introduce") for ask in asks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()  # each ask is bounded by INTRODUCE_TIMEOUT a request
+
+
+def _introduce(name: str, consumer: Consumer, topics: set[str]) -> None:
+    """Ask `consumer` (strand `name`) about `topics`; nothing else uses it meanwhile (the loop waits for the ask)."""
+    try:
+        if len(topics) <= INTRODUCE_ONE_BY_ONE:
+            for topic in topics:
+                consumer.list_topics(topic, timeout=INTRODUCE_TIMEOUT)
+        else:
+            consumer.list_topics(timeout=INTRODUCE_TIMEOUT)
+    except Exception as e:  # noqa: BLE001 - only a head start: the consumer's own scan finds them
+        log.debug("could not ask for the topics new to %s's consumer: %s", name, e)
 
 
 class SourceFeeds:
-    """`new_source_consumer(cluster)` makes a lane's consumer; `quiet` holds the feeds that brought no records for a
+    """`new_source_consumer(cluster)` makes a strand's consumer (lanes.py); `quiet` holds the feeds that brought no records for a
     while (None: every feed stays in its consumer)."""
 
     def __init__(self, new_source_consumer: Callable[..., Consumer], quiet: QuietFeeds | None = None):
         self._new_source_consumer = new_source_consumer
         self.quiet = quiet
-        #: lane -> its consumer
+        #: strand (lanes.py) -> its consumer
         self.consumers: dict[str, Consumer] = {}
         self._lanes = Lanes()
         #: (link, src topic, partition) -> the unit it feeds
@@ -116,7 +147,7 @@ class SourceFeeds:
         #: link name -> the link, for the links with feeds (rebuilt with each plan)
         self._links: dict[str, Link] = {}
         self._new_topics = NewTopics()
-        #: the topics the lanes' consumers let go: asked for before they are read again
+        #: the topics the strands' consumers let go: asked for before they are read again
         self._topic_ids = TopicIds()
         #: source clusters whose consumer (or quiet end watch) lost its connection since the table last looked
         self._lost: set[str] = set()
@@ -128,20 +159,21 @@ class SourceFeeds:
     def unit_of(self, link_name: str, topic: str, partition: int) -> Unit | None:
         return self._by_source.get((link_name, topic, partition))
 
-    def route(self, lane: str, topic: str) -> str | None:
-        """The link whose records of source `topic` the lane's consumer reads."""
-        return self._lanes.routes.get(lane, {}).get(topic)
+    def route(self, strand: str, topic: str) -> str | None:
+        """The link whose records of source `topic` the strand's consumer reads."""
+        return self._lanes.routes.get(strand, {}).get(topic)
 
-    def consumer_of(self, link_name: str) -> Consumer | None:
-        """The consumer that reads the link's feeds (None: it has none)."""
-        lane = self._lanes.of.get(link_name)
-        return self.consumers.get(lane) if lane is not None else None
+    def consumer_of(self, link_name: str, partition: int) -> Consumer | None:
+        """The consumer that reads the link's feeds of source `partition` (None: it has none)."""
+        strand = self._lanes.strand_of(link_name, partition)
+        return self.consumers.get(strand) if strand is not None else None
 
-    def lane_quiet(self, lane: str) -> bool:
-        """Whether every feed the lane's consumer reads is quiet (quiet.py): it holds nothing to read."""
+    def strand_quiet(self, strand: str) -> bool:
+        """Whether every feed the strand's consumer reads is quiet (quiet.py): it holds nothing to read. (Counted by
+        link: a strand is skipped only when all of its links' feeds are quiet, in whatever strand they are.)"""
         quiet = self.quiet
         return quiet is not None and all(
-            quiet.count.get(name, 0) >= self._feed_count.get(name, 0) for name in self._lanes.links.get(lane, ())
+            quiet.count.get(name, 0) >= self._feed_count.get(name, 0) for name in self._lanes.links.get(strand, ())
         )
 
     def all_quiet(self) -> bool:
@@ -149,31 +181,32 @@ class SourceFeeds:
         return self.quiet is not None and sum(self.quiet.count.values()) >= sum(self._feed_count.values())
 
     # -- adding and removing feeds ---------------------------------------------------------------
-    def ready(self, link: Link, topic: str) -> bool | str:
-        """Whether the link's consumer may read source `topic` now (topicids.TopicIds.ready); makes the consumer."""
-        lane, consumer = self._consumer(link)
-        return self._topic_ids.ready(lane, consumer, topic)
+    def ready(self, link: Link, topic: str, partition: int) -> bool | str:
+        """Whether the consumer of the link's source `partition` may read `topic` now (topicids.TopicIds.ready);
+        makes the consumer."""
+        strand, consumer = self._consumer(link, partition)
+        return self._topic_ids.ready(strand, consumer, topic)
 
-    def _consumer(self, link: Link) -> tuple[str, Consumer]:
-        lane = self._lanes.lane(link)
-        c = self.consumers.get(lane)
+    def _consumer(self, link: Link, partition: int) -> tuple[str, Consumer]:
+        strand = self._lanes.strand(link, partition)
+        c = self.consumers.get(strand)
         if c is None:
             c = self._new_source_consumer(link.src_cluster)
-            self.consumers[lane] = c
-        return lane, c
+            self.consumers[strand] = c
+        return strand, c
 
     def add(self, state: UnitState, link: Link, src_kt: str, start_quiet: bool) -> None:
         """Feed `state` from the link's source partition, from the writer's next offset. `start_quiet`: many
         partitions are taken up at once (units.START_QUIET_AT), and a feed that is the unit's only one starts quiet."""
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
-        lane, consumer = self._consumer(link)  # also for a feed that starts quiet: it is woken into it
-        self._lanes.route(lane, src_kt, link.name)
+        strand, consumer = self._consumer(link, tp.partition)  # also for a feed that starts quiet: it is woken into it
+        self._lanes.route(strand, src_kt, link.name)
         alone = not state.feeds and not state.unverified
         if start_quiet and self.quiet is not None and alone and not link.throttle and state.writer.idle():
-            self._new_topics.expect(lane, tp)
+            self._new_topics.expect(strand, tp)
             self.quiet.hold(link.name, link.src_cluster, tp, state.writer.next)
         else:
-            self._new_topics.assign(consumer, lane, tp)
+            self._new_topics.assign(consumer, strand, tp)
         state.feeds[link.name] = (link, tp)
         self._by_source[(link.name, src_kt, tp.partition)] = state.unit
         self._feed_count[link.name] = self._feed_count.get(link.name, 0) + 1
@@ -186,7 +219,7 @@ class SourceFeeds:
     def remove(self, state: UnitState, name: str) -> tuple[Link, TopicPartition]:
         """Stop the feed `name` of `state`; returns it."""
         link, tp = state.feeds.pop(name)
-        c = self.consumer_of(name)
+        c = self.consumer_of(name, tp.partition)
         quiet = self.quiet is not None and self.quiet.holds(name, tp)
         if self.quiet is not None:
             self.quiet.release(name, tp)  # also forgets the end its last wake was for
@@ -197,9 +230,9 @@ class SourceFeeds:
                 pass
         self._by_source.pop((name, tp.topic, tp.partition), None)
         self._feed_count[name] -= 1
-        lane = self._lanes.of.get(name)
-        if lane is not None:
-            self._topic_ids.let_go(lane, tp.topic)
+        strand = self._lanes.strand_of(name, tp.partition)
+        if strand is not None:
+            self._topic_ids.let_go(strand, tp.topic)
         return link, tp
 
     def follow_links(self, links: list[Link], units: dict[Unit, UnitState]) -> None:
@@ -208,9 +241,9 @@ class SourceFeeds:
         live = {link.name for link in links}
         for name in [n for n in self._lanes.of if n not in live]:
             self._lanes.release(name)
-        for lane in [n for n in self.consumers if n not in self._lanes.links]:
-            self.consumers.pop(lane).close()
-            self._topic_ids.closed(lane)
+        for strand in [n for n in self.consumers if n not in self._lanes.links]:
+            self.consumers.pop(strand).close()
+            self._topic_ids.closed(strand)
         self._new_topics.introduce(self.consumers)
         if self.quiet is not None:
             self.quiet.close_unused(live, {link.src_cluster.name for link in links})
@@ -225,7 +258,7 @@ class SourceFeeds:
     def pause(self, link_name: str, tp: TopicPartition, resume_at: int | None) -> bool:
         """Stop fetching a throttled feed; its records from `resume_at` on (None: none fetched past the slice) are
         fetched again when it resumes. False: the link has no consumer."""
-        c = self.consumer_of(link_name)
+        c = self.consumer_of(link_name, tp.partition)
         if c is None:
             return False
         c.pause([TopicPartition(tp.topic, tp.partition)])
@@ -234,7 +267,7 @@ class SourceFeeds:
         return True
 
     def resume(self, link_name: str, tp: TopicPartition) -> None:
-        c = self.consumer_of(link_name)
+        c = self.consumer_of(link_name, tp.partition)
         if c is not None:
             c.resume([TopicPartition(tp.topic, tp.partition)])
 
@@ -262,7 +295,7 @@ class SourceFeeds:
             if len(state.feeds) != 1 or state.unverified or state.throttled_until or not state.writer.idle():
                 continue
             ((name, (link, tp)),) = state.feeds.items()
-            busy = self.consumer_of(name)
+            busy = self.consumer_of(name, tp.partition)
             if (
                 busy is None
                 or link.throttle
@@ -292,7 +325,7 @@ class SourceFeeds:
         for name, topic, partition, end in moved:
             unit = self._by_source.get((name, topic, partition))
             state = units.get(unit) if unit else None
-            busy = self.consumer_of(name)
+            busy = self.consumer_of(name, partition)
             if state is None or busy is None or name not in state.feeds:
                 continue
             tp = state.feeds[name][1]
@@ -309,7 +342,7 @@ class SourceFeeds:
         brought (no request); each feed is looked at once per acquisition."""
         for state in units.values():
             for name, (_, tp) in state.feeds.items():
-                c = self.consumer_of(name)
+                c = self.consumer_of(name, tp.partition)
                 if name in state.rechecked or c is None:
                     continue
                 try:
@@ -328,7 +361,7 @@ class SourceFeeds:
         out: dict[str, int] = {}
         for state in list(units.values()):
             for name, (_, tp) in list(state.feeds.items()):
-                c = self.consumer_of(name)
+                c = self.consumer_of(name, tp.partition)
                 if self.quiet is not None and self.quiet.holds(name, tp):
                     out[name] = out.get(name, 0)  # a quiet feed's end has not passed its writer (quiet.py)
                     continue
@@ -354,7 +387,7 @@ class SourceFeeds:
                 return False
             if self.quiet is not None and self.quiet.holds(name, tp):
                 continue
-            c = self.consumer_of(name)
+            c = self.consumer_of(name, tp.partition)
             if c is None:
                 return False
             try:

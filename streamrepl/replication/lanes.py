@@ -1,28 +1,49 @@
-"""Which source consumer reads each link's feeds: one consumer per source cluster, not one per link.
+"""Which source consumer reads each feed: a few consumers per source cluster (a lane's strands), not one per link.
 
 A consumer per link fetched for each link on its own. With one busy partition a link, 20 links of one source cluster
 kept the gateway at 95 % and noida-db (which answers an empty fetch at once) at 70 % of a core for 20 records a second;
-Tansu at 21 % (bench/scale.py --trickle 1, BENCHMARKS.md). The links of a source cluster share a consumer (a lane),
-except where two links read the same source stream (two replicas of it in this destination cluster): a consumer holds
-a partition once, at one position, so the second link takes the cluster's next lane. A link keeps its lane while it is
-in the plan, so its feeds never move between consumers.
+Tansu at 21 % (bench/scale.py --trickle 1, BENCHMARKS.md). The links of a source cluster share a lane, except where
+two links read the same source stream (two replicas of it in this destination cluster): a consumer holds a partition
+once, at one position, so the second link takes the cluster's next lane. A link keeps its lane while it is in the plan.
+
+A lane is read by `fan` consumers, its strands, each its own connection to the source: librdkafka keeps one fetch in
+flight per broker connection, and a broker answers a fetch with a few MB at most (Tansu 0.6: ~4.2 MB whatever is
+asked), so one consumer across a round trip R moves at most that much per R (84 MB/s at 50 ms, about 80k records/s of
+1 KiB: docs/bench-wan.md). A feed's strand is chosen by its partition number (partition mod fan) and the fan is fixed
+while the lane exists, so a feed never moves between consumers while its link is in the plan.
 """
 
 from __future__ import annotations
 
+from ..registry import Cluster
 from .links import Link
+
+#: Consumers a lane reads its source with, unless the cluster's registry entry says (`streamrepl.source.consumers`).
+#: Measured (docs/bench-wan.md, "Several fetches in flight"): 4 fill a 50-100 ms line where one stopped at Tansu's
+#: ~4.2 MB a round trip, and cost little on loopback (a feed's partitions are spread, not copied; the prefetch queue
+#: is shared out among them: feeds.source_consumer).
+SOURCE_CONSUMERS = 4
+
+
+def fan_of(cluster: Cluster) -> int:
+    """How many consumers a lane of `cluster` is read with."""
+    return cluster.source_consumers or SOURCE_CONSUMERS
 
 
 class Lanes:
     def __init__(self) -> None:
         #: link name -> its lane
         self.of: dict[str, str] = {}
-        #: lane -> the names of the links it reads
+        #: lane -> how many strands (consumers) it has, fixed while it exists
+        self.fan: dict[str, int] = {}
+        #: strand -> the names of the links whose feeds it reads
         self.links: dict[str, set[str]] = {}
-        #: lane -> source Kafka topic -> the link whose feeds of that topic it reads
+        #: strand -> source Kafka topic -> the link whose feeds of that topic it reads
         self.routes: dict[str, dict[str, str]] = {}
         #: link name -> its source stream (which links may not share a lane)
         self._stream: dict[str, str] = {}
+        #: link name -> the strands its feeds were given
+        self._strands: dict[str, set[str]] = {}
 
     def lane(self, link: Link) -> str:
         """The lane of `link`, given it when it has none: the first of its source cluster without its source stream."""
@@ -36,25 +57,43 @@ class Lanes:
             k += 1
         lane = self.of[link.name] = f"{link.src_cluster.name}#{k}"
         self._stream[link.name] = stream
-        self.links.setdefault(lane, set()).add(link.name)
+        self.fan.setdefault(lane, fan_of(link.src_cluster))
         return lane
 
-    def route(self, lane: str, topic: str, link_name: str) -> None:
-        """The lane's records of source `topic` are `link_name`'s."""
-        self.routes.setdefault(lane, {})[topic] = link_name
+    def strand(self, link: Link, partition: int) -> str:
+        """The strand (the consumer's name) that reads the link's feeds of source `partition`; the link is one of
+        its readers from now on."""
+        strand = self._strand(self.lane(link), partition)
+        self.links.setdefault(strand, set()).add(link.name)
+        self._strands.setdefault(link.name, set()).add(strand)
+        return strand
+
+    def strand_of(self, link_name: str, partition: int) -> str | None:
+        """The strand that reads the link's feeds of source `partition` (None: the link has no lane)."""
+        lane = self.of.get(link_name)
+        return None if lane is None else self._strand(lane, partition)
+
+    def _strand(self, lane: str, partition: int) -> str:
+        fan = self.fan[lane]
+        return lane if fan == 1 else f"{lane}/{partition % fan}"
+
+    def route(self, strand: str, topic: str, link_name: str) -> None:
+        """The strand's records of source `topic` are `link_name`'s."""
+        self.routes.setdefault(strand, {})[topic] = link_name
 
     def release(self, link_name: str) -> None:
-        """The link left the plan: its lane is free for another link of its source stream, and is dropped when it
-        reads no other link."""
+        """The link left the plan: its lane is free for another link of its source stream, and its strands are
+        dropped when they read no other link (the lane, with its fan, when no link has it)."""
         lane = self.of.pop(link_name, None)
         self._stream.pop(link_name, None)
-        if lane is None:
-            return
-        names = self.links.get(lane, set())
-        names.discard(link_name)
-        routes = self.routes.get(lane, {})
-        for topic in [t for t, name in routes.items() if name == link_name]:
-            del routes[topic]
-        if not names:
-            self.links.pop(lane, None)
-            self.routes.pop(lane, None)
+        for strand in self._strands.pop(link_name, set()):
+            names = self.links.get(strand, set())
+            names.discard(link_name)
+            routes = self.routes.get(strand, {})
+            for topic in [t for t, name in routes.items() if name == link_name]:
+                del routes[topic]
+            if not names:
+                self.links.pop(strand, None)
+                self.routes.pop(strand, None)
+        if lane is not None and lane not in self.of.values():
+            self.fan.pop(lane, None)

@@ -174,7 +174,7 @@ class UnitTable:
                 continue
             verdict = self.guard.check_source(state, link, TopicPartition(src_kt, state.unit.partition))
             if verdict is True:
-                verdict = self.feeds.ready(link, src_kt)
+                verdict = self.feeds.ready(link, src_kt, state.unit.partition)
             if isinstance(verdict, Fail):
                 self.fail(state.unit, verdict.error)
                 return False
