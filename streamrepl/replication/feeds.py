@@ -193,6 +193,7 @@ class SourceFeeds:
         if c is None:
             c = self._new_source_consumer(link.src_cluster)
             self.consumers[strand] = c
+            log.info("source consumer %s made (%d in all)", strand, len(self.consumers))
         return strand, c
 
     def add(self, state: UnitState, link: Link, src_kt: str, start_quiet: bool) -> None:
