@@ -69,13 +69,14 @@ class Lanes:
         return strand
 
     def strand_of(self, link_name: str, partition: int) -> str | None:
-        """The strand that reads the link's feeds of source `partition` (None: the link has no lane)."""
+        """The strand that reads the link's feeds of source `partition` (None: the link has no lane). Also asked from
+        the metrics thread (SourceFeeds.pending): a lane released meanwhile answers None."""
         lane = self.of.get(link_name)
-        return None if lane is None else self._strand(lane, partition)
+        fan = self.fan.get(lane) if lane is not None else None
+        return None if lane is None or fan is None else _strand(lane, fan, partition)
 
     def _strand(self, lane: str, partition: int) -> str:
-        fan = self.fan[lane]
-        return lane if fan == 1 else f"{lane}/{partition % fan}"
+        return _strand(lane, self.fan[lane], partition)
 
     def route(self, strand: str, topic: str, link_name: str) -> None:
         """The strand's records of source `topic` are `link_name`'s."""
@@ -97,3 +98,7 @@ class Lanes:
                 self.routes.pop(strand, None)
         if lane is not None and lane not in self.of.values():
             self.fan.pop(lane, None)
+
+
+def _strand(lane: str, fan: int, partition: int) -> str:
+    return lane if fan == 1 else f"{lane}/{partition % fan}"
