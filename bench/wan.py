@@ -284,7 +284,10 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
                     else:
                         fan = which[2:]
                         if fan:  # the source's entry names how many source consumers the gateway reads it with
-                            reg_doc["clusters"][bench.SRC]["streamrepl.source.consumers"] = int(fan)
+                            entry = reg_doc["clusters"][bench.SRC]
+                            entry.pop("streamrepl.source.consumers", None)
+                            if fan != "0":  # 0: none named, the gateway chooses
+                                entry["streamrepl.source.consumers"] = int(fan)
                             reg_path.write_text(yaml.safe_dump(reg_doc, sort_keys=False))
                         bench.log(f"rtt {rtt:g} ms, {parts} partitions, round {rep + 1}: gateway {fan}")
                         try:
@@ -308,7 +311,11 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
                             row.setdefault("gateways", {})[fan] = row["gateway"]
                 row["uptime_after"] = os.getloadavg()
                 for fan, g in row.get("gateways", {"": row["gateway"]}).items():
-                    one = {**row, "gateway": g, "source_consumers": int(fan) if fan else None}
+                    one = {
+                        **row,
+                        "gateway": g,
+                        "source_consumers": int(fan) if fan else None,
+                    }  # 0: chosen by the gateway
                     one.pop("gateways", None)
                     c = row["c_relay"]
                     if "records_s" in g and "records_s" in c:
@@ -367,7 +374,7 @@ def main() -> int:
         "--source-consumers",
         default="",
         help="run the gateway once for each of these `streamrepl.source.consumers` in every round, in turn with the C"
-        " relay (comma-separated; unset: one gateway run, the registry naming none)",
+        " relay (comma-separated; 0: the registry names none; unset: one gateway run, the registry naming none)",
     )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")

@@ -22,7 +22,7 @@ from typing import Any
 from .. import discovery, kafka
 from ..kafka import Consumer, KafkaException, TopicPartition
 from ..registry import Cluster
-from .lanes import Lanes, fan_of
+from .lanes import Lanes, lookup_fan, strand_name
 from .links import Link, Unit
 from .quiet import QuietFeeds, due, reports_lost_connection
 from .state import UnitState
@@ -48,13 +48,13 @@ INTRODUCE_ONE_BY_ONE = 8
 INTRODUCE_TIMEOUT = 0.5
 
 
-def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
+def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None, strands: int = 1) -> Consumer:
     """A consumer of the source partitions that carry records (one strand of a lane, lanes.py): long queues, and
     fetches that wait no longer than the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms).
     Quiet ones: quiet.py. `on_lost(cluster name)` is called (from within its consume) when it lost its connection to
-    a broker."""
+    a broker. `strands`: how many consumers share the lane's prefetch (a lane's first consumer is made before its
+    fan is known when the registry names none: it has a lone consumer's)."""
     discovery.learn_cached(cluster)
-    fan = fan_of(cluster)
     extra: dict[str, Any] = {
         "fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster),
         "queued.min.messages": 200000,
@@ -63,7 +63,7 @@ def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = No
     sizes = {
         # A lane's strands share out librdkafka's one-consumer prefetch (64 MB) instead of each holding as much:
         # spreading a lane's feeds over more consumers must not multiply what the gateway holds.
-        "queued.max.messages.kbytes": max(QUEUED_KBYTES_MIN, QUEUED_KBYTES // fan),
+        "queued.max.messages.kbytes": max(QUEUED_KBYTES_MIN, QUEUED_KBYTES // strands),
         # A strand holds a few of its lane's partitions: with librdkafka's 1 MB a partition a fetch, a strand of one
         # partition would bring 1 MB a round trip; the broker caps the whole answer anyway (Tansu ~4.2 MB).
         "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
@@ -97,6 +97,10 @@ class NewTopics:
         it, is asked for at the next `introduce`, so that the wake does not wait for librdkafka's scan."""
         if tp.topic not in self.told.get(strand, ()):
             self.pending.setdefault(strand, set()).add(tp.topic)
+
+    def knows(self, strand: str, topic: str) -> None:
+        """The strand's consumer asked for `topic` itself (SourceFeeds._fan): it needs no telling."""
+        self.told.setdefault(strand, set()).add(topic)
 
     def introduce(self, consumers: dict[str, Consumer]) -> None:
         """Ask each consumer (strand -> consumer) about its new topics (a failure is left to the consumer's own scan).
@@ -134,9 +138,15 @@ class SourceFeeds:
     """`new_source_consumer(cluster)` makes a strand's consumer (lanes.py); `quiet` holds the feeds that brought no records for a
     while (None: every feed stays in its consumer)."""
 
-    def __init__(self, new_source_consumer: Callable[..., Consumer], quiet: QuietFeeds | None = None):
+    def __init__(
+        self,
+        new_source_consumer: Callable[..., Consumer],
+        quiet: QuietFeeds | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._new_source_consumer = new_source_consumer
         self.quiet = quiet
+        self._clock = clock
         #: strand (lanes.py) -> its consumer
         self.consumers: dict[str, Consumer] = {}
         self._lanes = Lanes()
@@ -184,23 +194,46 @@ class SourceFeeds:
     def ready(self, link: Link, topic: str, partition: int) -> bool | str:
         """Whether the consumer of the link's source `partition` may read `topic` now (topicids.TopicIds.ready);
         makes the consumer."""
-        strand, consumer = self._consumer(link, partition)
+        strand, consumer = self._consumer(link, topic, partition)
         return self._topic_ids.ready(strand, consumer, topic)
 
-    def _consumer(self, link: Link, partition: int) -> tuple[str, Consumer]:
-        strand = self._lanes.strand(link, partition)
+    def _consumer(self, link: Link, topic: str, partition: int) -> tuple[str, Consumer]:
+        strand = self._lanes.strand(link, partition, lambda lane: self._fan(link, lane, topic))
         c = self.consumers.get(strand)
         if c is None:
-            c = self._new_source_consumer(link.src_cluster)
+            lane = self._lanes.of[link.name]
+            c = self._new_source_consumer(link.src_cluster, strands=self._lanes.fan[lane])
             self.consumers[strand] = c
             log.info("source consumer %s made (%d in all)", strand, len(self.consumers))
         return strand, c
+
+    def _fan(self, link: Link, lane: str, topic: str) -> int:
+        """The fan of a new lane whose registry entry names none (lanes.lookup_fan): its first consumer, made now,
+        asks for `topic` (which it must be told of anyway: NewTopics), and how long that took says how far the
+        source is. Nothing else waits: the lane's other consumers are made once its fan is known."""
+        first = strand_name(lane, 0)
+        c = self._new_source_consumer(link.src_cluster)
+        self.consumers[first] = c
+        began = self._clock()
+        try:
+            c.list_topics(topic, timeout=INTRODUCE_TIMEOUT)
+            took: float | None = self._clock() - began
+            self._new_topics.knows(first, topic)
+        except Exception as e:  # noqa: BLE001 - no answer in time: taken for a long line
+            log.debug("%s: the first topic lookup failed: %s", first, e)
+            took = None
+        fan = lookup_fan(took)
+        shown = "no answer" if took is None else f"{took * 1000:.0f} ms"
+        log.info("source consumer %s made; its first lookup took %s: %d consumer(s) for the lane", first, shown, fan)
+        return fan
 
     def add(self, state: UnitState, link: Link, src_kt: str, start_quiet: bool) -> None:
         """Feed `state` from the link's source partition, from the writer's next offset. `start_quiet`: many
         partitions are taken up at once (units.START_QUIET_AT), and a feed that is the unit's only one starts quiet."""
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
-        strand, consumer = self._consumer(link, tp.partition)  # also for a feed that starts quiet: it is woken into it
+        strand, consumer = self._consumer(
+            link, src_kt, tp.partition
+        )  # also for a feed that starts quiet: woken into it
         self._lanes.route(strand, src_kt, link.name)
         alone = not state.feeds and not state.unverified
         if start_quiet and self.quiet is not None and alone and not link.throttle and state.writer.idle():

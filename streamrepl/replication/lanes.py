@@ -11,23 +11,38 @@ flight per broker connection, and a broker answers a fetch with a few MB at most
 asked), so one consumer across a round trip R moves at most that much per R (84 MB/s at 50 ms, about 80k records/s of
 1 KiB: docs/bench-wan.md). A feed's strand is chosen by its partition number (partition mod fan) and the fan is fixed
 while the lane exists, so a feed never moves between consumers while its link is in the plan.
+
+The fan is the source's registry entry's (`streamrepl.source.consumers`), else chosen from how far the source is: on
+loopback four consumers cost the gateway a fifth of its rate and 90 MB more memory for nothing (bench/run.py, 1 KiB,
+the same hour: 0.55-0.65x the idempotent C relay against 0.80-1.16x with one), so a lane whose first consumer's first
+topic lookup came back quickly has one, and one across a long line has SOURCE_CONSUMERS (lookup_fan).
 """
 
 from __future__ import annotations
 
-from ..registry import Cluster
+from collections.abc import Callable
+
 from .links import Link
 
-#: Consumers a lane reads its source with, unless the cluster's registry entry says (`streamrepl.source.consumers`).
-#: Measured (docs/bench-wan.md, "Several fetches in flight"): 4 fill a 50-100 ms line where one stopped at Tansu's
-#: ~4.2 MB a round trip, and cost little on loopback (a feed's partitions are spread, not copied; the prefetch queue
-#: is shared out among them: feeds.source_consumer).
+#: Consumers a lane reads a distant source with, unless the cluster's registry entry says (`streamrepl.source.consumers`).
+#: Measured (docs/bench-wan.md, "Several fetches in flight"): at 100 ms one consumer stopped at Tansu's ~4.2 MB a round
+#: trip (42 MB/s); four carry 168 MB/s, more than the gateway writes on loopback, so 100 ms costs it little.
 SOURCE_CONSUMERS = 4
+#: A lane's first topic lookup (a new client: its connection, ApiVersions and Metadata, 2-3 round trips) slower than
+#: this is taken for a long line. One consumer moves ~4.2 MB a round trip: up to a round trip of about 25 ms that is
+#: more than the gateway writes (~150 MB/s at best); 2-3 round trips of 25 ms are 50-75 ms.
+LONG_LINE_LOOKUP = 0.06
 
 
-def fan_of(cluster: Cluster) -> int:
-    """How many consumers a lane of `cluster` is read with."""
-    return cluster.source_consumers or SOURCE_CONSUMERS
+def lookup_fan(seconds: float | None) -> int:
+    """The fan of a lane whose registry entry names none, from how long its first topic lookup took (None: it did
+    not answer in time, taken for a long line)."""
+    return 1 if seconds is not None and seconds < LONG_LINE_LOOKUP else SOURCE_CONSUMERS
+
+
+def strand_name(lane: str, index: int) -> str:
+    """The name of a lane's strand (its consumer) `index`."""
+    return f"{lane}/{index}"
 
 
 class Lanes:
@@ -45,8 +60,9 @@ class Lanes:
         #: link name -> the strands its feeds were given
         self._strands: dict[str, set[str]] = {}
 
-    def lane(self, link: Link) -> str:
-        """The lane of `link`, given it when it has none: the first of its source cluster without its source stream."""
+    def lane(self, link: Link, fan: Callable[[str], int] | None = None) -> str:
+        """The lane of `link`, given it when it has none: the first of its source cluster without its source stream.
+        A lane made now has the fan its source's registry entry names, else `fan(lane)` (else SOURCE_CONSUMERS)."""
         lane = self.of.get(link.name)
         if lane is not None:
             return lane
@@ -57,13 +73,15 @@ class Lanes:
             k += 1
         lane = self.of[link.name] = f"{link.src_cluster.name}#{k}"
         self._stream[link.name] = stream
-        self.fan.setdefault(lane, fan_of(link.src_cluster))
+        if lane not in self.fan:
+            named = link.src_cluster.source_consumers
+            self.fan[lane] = named or (fan(lane) if fan is not None else SOURCE_CONSUMERS)
         return lane
 
-    def strand(self, link: Link, partition: int) -> str:
+    def strand(self, link: Link, partition: int, fan: Callable[[str], int] | None = None) -> str:
         """The strand (the consumer's name) that reads the link's feeds of source `partition`; the link is one of
-        its readers from now on."""
-        strand = self._strand(self.lane(link), partition)
+        its readers from now on. `fan`: as for `lane`."""
+        strand = self._strand(self.lane(link, fan), partition)
         self.links.setdefault(strand, set()).add(link.name)
         self._strands.setdefault(link.name, set()).add(strand)
         return strand
@@ -101,4 +119,4 @@ class Lanes:
 
 
 def _strand(lane: str, fan: int, partition: int) -> str:
-    return lane if fan == 1 else f"{lane}/{partition % fan}"
+    return strand_name(lane, partition % fan)

@@ -16,8 +16,8 @@ from streamrepl import discovery, kafka
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
 from streamrepl.replication import feeds as feeds_module
-from streamrepl.replication import quiet
-from streamrepl.replication.feeds import NewTopics
+from streamrepl.replication import lanes, quiet
+from streamrepl.replication.feeds import NewTopics, SourceFeeds
 from streamrepl.replication.links import Link, Plan, Unit
 from streamrepl.replication.mover import Mover
 from streamrepl.replication.quiet import EndWatch, QuietFeeds
@@ -100,6 +100,47 @@ def test_a_links_partitions_are_read_by_several_consumers_and_each_record_lands_
 def test_a_fan_of_one_reads_every_partition_with_one_consumer() -> None:
     rig = SpreadRig(_link(fan=1))
     assert len(rig.made) == 1 and len(rig.made[0].assigned) == PARTITIONS
+
+
+class Clocked(ClosingConsumer):
+    """A consumer whose topic lookups take `took` seconds of a fake clock (None: they fail)."""
+
+    clock = [0.0]
+    took: float | None = 0.0
+
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
+        if Clocked.took is None:
+            raise kafka.KafkaException(kafka.KafkaError(kafka.KafkaError._TIMED_OUT))
+        Clocked.clock[0] += Clocked.took
+        return super().list_topics(topic, timeout)
+
+
+@pytest.mark.parametrize(
+    ("took", "consumers"), [(0.004, 1), (lanes.LONG_LINE_LOOKUP + 0.05, lanes.SOURCE_CONSUMERS), (None, 4)]
+)
+def test_a_source_the_registry_says_nothing_of_is_read_with_consumers_chosen_from_its_first_lookup(
+    took: float | None, consumers: int
+) -> None:
+    """On loopback several consumers cost the gateway a fifth of its rate; across a long line they are what fills it.
+    The lane's first consumer's first topic lookup (which it makes anyway) says which; that consumer is kept."""
+    made: list[Clocked] = []
+    sizes: list[int] = []
+    Clocked.took = took
+
+    def new_consumer(cluster: Cluster, strands: int = 1, **_: Any) -> Clocked:
+        made.append(Clocked())
+        sizes.append(strands)
+        return made[-1]
+
+    feeds = SourceFeeds(new_consumer, clock=lambda: Clocked.clock[0])  # type: ignore[arg-type]
+    sf = Cluster("sf", {"bootstrap.servers": "127.0.0.1:1"})
+    lk = Link(StreamPath("sf", "/s"), sf, "SRC", DST, "DST", False, "lz4", 0)
+    for p in range(PARTITIONS):
+        assert feeds.ready(lk, "t", p) is True
+    assert len(made) == consumers and len(feeds.consumers) == consumers, "the first consumer is the lane's first strand"
+    assert sizes == [1] + [consumers] * (consumers - 1), "the others share the prefetch out"
+    holders = {feeds.consumer_of(lk.name, p) for p in range(PARTITIONS)}
+    assert holders == set(made)
 
 
 def test_a_throttled_feed_is_paused_and_sought_in_its_own_consumer() -> None:
@@ -195,10 +236,12 @@ def test_a_strand_shares_out_the_prefetch_and_asks_for_larger_partition_fetches(
     made: list[dict[str, Any]] = []
     monkeypatch.setattr(discovery, "learn_cached", lambda cluster: None)
     monkeypatch.setattr(kafka, "consumer", lambda cluster, **extra: made.append(extra))
-    feeds_module.source_consumer(_link(fan=4).src_cluster)
+    feeds_module.source_consumer(_link(fan=4).src_cluster, strands=4)
     assert made[-1]["queued.max.messages.kbytes"] == feeds_module.QUEUED_KBYTES // 4
     assert made[-1]["max.partition.fetch.bytes"] == feeds_module.PARTITION_FETCH_BYTES
-    feeds_module.source_consumer(_link(fan=16).src_cluster)
+    feeds_module.source_consumer(_link(fan=1).src_cluster)
+    assert made[-1]["queued.max.messages.kbytes"] == feeds_module.QUEUED_KBYTES
+    feeds_module.source_consumer(_link(fan=16).src_cluster, strands=16)
     assert made[-1]["queued.max.messages.kbytes"] == feeds_module.QUEUED_KBYTES_MIN
     own = Cluster("sf", {"bootstrap.servers": "h:1", "max.partition.fetch.bytes": "1048576"})
     feeds_module.source_consumer(own)

@@ -26,11 +26,26 @@ def test_a_links_partitions_are_spread_over_its_lanes_strands_by_partition_numbe
     assert lanes.links == {f"sf#0/{i}": {a.name} for i in range(4)}
 
 
-def test_the_default_fan_and_a_fan_of_one() -> None:
+def test_the_fan_is_the_registrys_else_the_one_chosen_for_the_new_lane() -> None:
+    asked: list[str] = []
+
+    def choose(lane: str) -> int:
+        asked.append(lane)
+        return 2
+
     lanes = Lanes()
-    assert len({lanes.strand(_link("/a", "/a"), p) for p in range(64)}) == lanes_module.SOURCE_CONSUMERS
-    one = Lanes()
-    assert {one.strand(_link("/a", "/a", fan=1), p) for p in range(8)} == {"sf#0"}, "one consumer: the lane's name"
+    assert {lanes.strand(_link("/a", "/a", fan=1), p, choose) for p in range(8)} == {"sf#0/0"}
+    assert asked == [], "the registry's fan is not chosen again"
+    other = Lanes()
+    assert {other.strand(_link("/a", "/a"), p, choose) for p in range(8)} == {"sf#0/0", "sf#0/1"}
+    assert asked == ["sf#0"], "chosen once, when the lane was made"
+    assert len({Lanes().strand(_link("/a", "/a"), p) for p in range(64)}) == lanes_module.SOURCE_CONSUMERS
+
+
+def test_a_source_whose_first_lookup_was_slow_or_did_not_answer_is_read_with_several_consumers() -> None:
+    assert lanes_module.lookup_fan(0.003) == 1
+    assert lanes_module.lookup_fan(lanes_module.LONG_LINE_LOOKUP + 0.01) == lanes_module.SOURCE_CONSUMERS
+    assert lanes_module.lookup_fan(None) == lanes_module.SOURCE_CONSUMERS
 
 
 def test_two_links_of_one_source_stream_never_share_a_strand() -> None:
