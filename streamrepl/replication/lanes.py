@@ -14,8 +14,8 @@ while the lane exists, so a feed never moves between consumers while its link is
 
 The fan is the source's registry entry's (`streamrepl.source.consumers`), else chosen from how far the source is: on
 loopback four consumers cost the gateway a fifth of its rate and 90 MB more memory for nothing (bench/run.py, 1 KiB,
-the same hour: 0.55-0.65x the idempotent C relay against 0.80-1.16x with one), so a lane whose first consumer's first
-topic lookup came back quickly has one, and one across a long line has SOURCE_CONSUMERS (lookup_fan).
+the same minutes: 0.55-0.65x the idempotent C relay against 0.80-1.16x with one), so a lane whose first consumer's
+first topic lookup came back quickly has one, and one across a long line has SOURCE_CONSUMERS (lookup_fan).
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from .links import Link
 #: Measured (docs/bench-wan.md, "Several fetches in flight"): at 100 ms one consumer stopped at Tansu's ~4.2 MB a round
 #: trip (42 MB/s); four carry 168 MB/s, more than the gateway writes on loopback, so 100 ms costs it little.
 SOURCE_CONSUMERS = 4
-#: A lane's first topic lookup (a new client: its connection, ApiVersions and Metadata, 2-3 round trips) slower than
-#: this is taken for a long line. One consumer moves ~4.2 MB a round trip: up to a round trip of about 25 ms that is
-#: more than the gateway writes (~150 MB/s at best); 2-3 round trips of 25 ms are 50-75 ms.
-LONG_LINE_LOOKUP = 0.06
+#: A lane's first topic lookup (a new client: its connection, ApiVersions and Metadata, mostly 2 round trips) slower
+#: than this is taken for a long line. One consumer moves ~4.2 MB a round trip: up to a round trip of about 30 ms that
+#: is more than the gateway writes (~150 MB/s at best). Seen in bench/wan.py (a8b93eb): 4-52 ms on loopback (52 ms for
+#: the first topic of a fresh Tansu), 101-206 ms at 50 ms, 201-404 ms at 100 ms.
+LONG_LINE_LOOKUP = 0.08
 
 
 def lookup_fan(seconds: float | None) -> int:
