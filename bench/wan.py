@@ -251,6 +251,8 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
     out = []
     value = b"v" * a.size
     with clusters_behind_line(logdir / f"rtt{rtt:g}", a.source_props) as (line, src_pid, sb, db, dst_pid):
+        reg_path = Path(os.environ["STREAMREPL_CLUSTERS"])
+        reg_doc = yaml.safe_load(reg_path.read_text())
         reg = registry.load()
         dst_cluster = reg.get(bench.DST)
         cpu = bench.CpuMeter([src_pid, dst_pid])
@@ -261,8 +263,10 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
             bench.fill(sb, src_topic, a.records, value, parts)
             for rep in range(a.reps):
                 row: dict = {"rtt_ms": rtt, "partitions": parts, "rep": rep + 1, "uptime": os.getloadavg()}
-                # the relays alternate which goes first
-                order = ["c", "gw"] if rep % 2 == 0 else ["gw", "c"]
+                # the relays alternate which goes first (with --source-consumers, a gateway for each value in turn)
+                order = ["c", *(f"gw{f}" for f in a.fans)]
+                if rep % 2:
+                    order.reverse()
                 for which in order:
                     if which == "c":
                         dst_topic = f"wan.c{parts}r{rep}"
@@ -278,7 +282,14 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
                             else {"records_s": round(a.records / dt), "seconds": round(dt, 3), **cpu.stop(a.records)}
                         )
                     else:
-                        bench.log(f"rtt {rtt:g} ms, {parts} partitions, round {rep + 1}: gateway")
+                        fan = which[2:]
+                        if fan:  # the source's entry names how many source consumers the gateway reads it with
+                            entry = reg_doc["clusters"][bench.SRC]
+                            entry.pop("streamrepl.source.consumers", None)
+                            if fan != "0":  # 0: none named, the gateway chooses
+                                entry["streamrepl.source.consumers"] = int(fan)
+                            reg_path.write_text(yaml.safe_dump(reg_doc, sort_keys=False))
+                        bench.log(f"rtt {rtt:g} ms, {parts} partitions, round {rep + 1}: gateway {fan}")
                         try:
                             row["gateway"] = bench.gateway_throughput(
                                 sb,
@@ -289,21 +300,30 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
                                 1,
                                 a.gateway_timeout,
                                 cpu,
-                                suffix=f"p{parts}r{rep}rtt{rtt:g}".replace(".", "_"),
+                                suffix=f"p{parts}r{rep}rtt{rtt:g}f{fan}".replace(".", "_"),
                                 partitions=parts,
                                 filled=lambda: line.set(rtt),
                             )
                         except RuntimeError as e:
                             row["gateway"] = {"error": str(e)[:300]}
                         line.set(0)
-                g, c = row["gateway"], row["c_relay"]
-                if "records_s" in g and "records_s" in c:
-                    row["ratio"] = round(g["records_s"] / c["records_s"], 3)
-                    if g.get("steady_records_s"):
-                        row["steady_ratio"] = round(g["steady_records_s"] / c["records_s"], 3)
+                        if fan:
+                            row.setdefault("gateways", {})[fan] = row["gateway"]
                 row["uptime_after"] = os.getloadavg()
-                bench.log(json.dumps(row))
-                out.append(row)
+                for fan, g in row.get("gateways", {"": row["gateway"]}).items():
+                    one = {
+                        **row,
+                        "gateway": g,
+                        "source_consumers": int(fan) if fan else None,
+                    }  # 0: chosen by the gateway
+                    one.pop("gateways", None)
+                    c = row["c_relay"]
+                    if "records_s" in g and "records_s" in c:
+                        one["ratio"] = round(g["records_s"] / c["records_s"], 3)
+                        if g.get("steady_records_s"):
+                            one["steady_ratio"] = round(g["steady_records_s"] / c["records_s"], 3)
+                    bench.log(json.dumps(one))
+                    out.append(one)
     return out
 
 
@@ -318,14 +338,17 @@ def report(res: dict) -> str:
             f"records={res['records']:,} value={res['size']} B; records/s; gateway = overall from `replica resume`"
             " (steady: first to last record); resume: seconds from the command's return to the first record"
         )
-        head = "| RTT ms | partitions | round | idempotent C relay | gateway | steady | gateway / C | resume s | load |"
-        lines += [head, "|---|---|---|---|---|---|---|---|---|"]
+        head = (
+            "| RTT ms | partitions | round | source consumers | idempotent C relay | gateway | steady | gateway / C |"
+        )
+        lines += [head + " resume s | peak RSS MB | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in res["sweep"]:
             c, g = r["c_relay"], r["gateway"]
             lines.append(
-                f"| {r['rtt_ms']:g} | {r['partitions']} | {r['rep']} | {c.get('records_s', c.get('error'))} |"
+                f"| {r['rtt_ms']:g} | {r['partitions']} | {r['rep']} | {r.get('source_consumers') or 'default'} |"
+                f" {c.get('records_s', c.get('error'))} |"
                 f" {g.get('records_s', g.get('error'))} | {g.get('steady_records_s')} | {r.get('ratio')} |"
-                f" {g.get('first_record_s')} | {r['uptime'][0]:.1f}-{r['uptime_after'][0]:.1f} |"
+                f" {g.get('first_record_s')} | {g.get('peak_rss_MB')} | {r['uptime'][0]:.1f}-{r['uptime_after'][0]:.1f} |"
             )
     return "\n".join(lines)
 
@@ -347,12 +370,19 @@ def main() -> int:
         metavar="NAME=VALUE",
         help="a client setting in the source's registry entry (the gateway's clients only; repeatable)",
     )
+    ap.add_argument(
+        "--source-consumers",
+        default="",
+        help="run the gateway once for each of these `streamrepl.source.consumers` in every round, in turn with the C"
+        " relay (comma-separated; 0: the registry names none; unset: one gateway run, the registry naming none)",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     a = ap.parse_args()
     a.rtts = [float(x) for x in a.rtts.split(",") if x]
     a.partitions = [int(x) for x in a.partitions.split(",") if x]
     a.source_props = dict(p.split("=", 1) for p in a.source_prop)
+    a.fans = [int(x) for x in a.source_consumers.split(",") if x] or [""]
     if not bench.C_RELAY.exists() and not a.line_only:
         print("no C relay: run bench/setup", file=sys.stderr)
         return 2

@@ -106,6 +106,11 @@ OWN_PROPERTIES = {
     "streamrepl.group.static": ("true", "false"),
     "streamrepl.group.leave": ("true", "false"),
 }
+#: `streamrepl.source.consumers`: how many consumers a gateway reads each of its lanes of this source cluster with
+#: (replication/lanes.py: several fetches in flight fill a long link; unset: lanes.SOURCE_CONSUMERS).
+SOURCE_CONSUMERS_PROPERTY = "streamrepl.source.consumers"
+#: streamrepl's own properties that are whole numbers: their inclusive limits.
+OWN_NUMBERS = {SOURCE_CONSUMERS_PROPERTY: (1, 16)}
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,12 @@ class Cluster:
     def broker(self) -> str:
         """The broker kind the registry names (`streamrepl.broker`), "kafka" when it names none."""
         return self.properties.get(BROKER_PROPERTY, "kafka").lower()
+
+    @property
+    def source_consumers(self) -> int | None:
+        """`streamrepl.source.consumers` (checked when the registry was read), None when the registry names none."""
+        raw = self.properties.get(SOURCE_CONSUMERS_PROPERTY)
+        return int(raw) if raw is not None else None
 
     @property
     def bootstrap(self) -> str:
@@ -299,11 +310,19 @@ def parse(text: str, path: Path) -> Registry:
                 )
         for k, v in props.items():
             if str(k).startswith(OWN_PREFIX):
+                limits = OWN_NUMBERS.get(str(k))
+                if limits is not None:
+                    if isinstance(v, bool) or not str(v).strip().isdigit() or not limits[0] <= int(v) <= limits[1]:
+                        raise RegistryError(
+                            f"property '{k}' of cluster '{name}' in {path} is '{v}'; use a whole number from"
+                            f" {limits[0]} to {limits[1]}"
+                        )
+                    continue
                 allowed = OWN_PROPERTIES.get(str(k))
                 if allowed is None:
                     raise RegistryError(
                         f"unknown property '{k}' of cluster '{name}' in {path}: streamrepl's own properties are"
-                        f" {', '.join(OWN_PROPERTIES)}"
+                        f" {', '.join([*OWN_PROPERTIES, *OWN_NUMBERS])}"
                     )
                 if str(v).lower() not in allowed:
                     raise RegistryError(

@@ -1,9 +1,9 @@
 """The source feeds: which consumer reads each source partition that feeds a replica partition, and what those
 consumers' last fetches say.
 
-One owner for the consumers of the source partitions: their lanes (lanes.py: one consumer per source cluster, more
-where links share a source stream), the routing of a lane's records to the link they belong to, the feeds each link
-has, the topics new to a consumer (NewTopics), pause/seek/resume of throttled feeds, quiet feeds (quiet.py: not
+One owner for the consumers of the source partitions: their lanes (lanes.py: a few consumers per source cluster, its
+lane's strands, more where links share a source stream), the routing of a strand's records to the link they belong
+to, the feeds each link has, the topics new to a consumer (NewTopics), pause/seek/resume of throttled feeds, quiet feeds (quiet.py: not
 fetched, their ends watched) and their wake, the source clusters whose connection was lost, and the records not
 applied yet (from the cached watermarks of the last fetches: no request).
 
@@ -21,11 +21,11 @@ from typing import Any
 
 from .. import discovery, kafka
 from ..kafka import Consumer, KafkaException, TopicPartition
-from ..paths import METADATA_TOPIC
 from ..registry import Cluster
-from .lanes import Lanes
+from .lanes import Lanes, lookup_fan, strand_name
 from .links import Link, Unit
 from .quiet import QuietFeeds, due, reports_lost_connection
+from .spares import SpareConsumers
 from .state import UnitState
 from .topicids import TopicIds
 
@@ -37,24 +37,40 @@ log = logging.getLogger("streamrepl.gateway")
 #: idle 30 % of the run; with 10 ms 108-142k/s, same brokers, same minutes; BENCHMARKS.md, issue 15). The wait is
 #: a timer inside the client: no request is sent while the prefetch is full.
 FETCH_QUEUE_BACKOFF_MS = 10
+#: librdkafka's queued.max.messages.kbytes (a consumer's prefetch), shared out among a lane's strands, and the least
+#: a strand is given (two fetch answers of Tansu's ~4.2 MB).
+QUEUED_KBYTES = 65536
+QUEUED_KBYTES_MIN = 8192
+#: max.partition.fetch.bytes of a strand (librdkafka's default: 1 MB).
+PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 #: Up to this many topics new to a source consumer are asked for one by one; more (a gateway starting) in one listing.
 INTRODUCE_ONE_BY_ONE = 8
 #: How long the loop waits for a source cluster to say where the topics new to its consumer are (seconds).
 INTRODUCE_TIMEOUT = 0.5
-#: How long a spare consumer (SourceFeeds.keep_spares) waits for its source cluster to answer when it is made (seconds)
-SPARE_TIMEOUT = 10.0
 
 
-def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None) -> Consumer:
-    """A consumer of the source partitions that carry records: long queues, and fetches that wait no longer than
-    the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms). Quiet ones: quiet.py.
-    `on_lost(cluster name)` is called (from within its consume) when it lost its connection to a broker."""
+def source_consumer(cluster: Cluster, on_lost: Callable[[str], None] | None = None, strands: int = 1) -> Consumer:
+    """A consumer of the source partitions that carry records (one strand of a lane, lanes.py): long queues, and
+    fetches that wait no longer than the broker lets a record that arrives meanwhile wait (kafka.busy_fetch_wait_ms).
+    Quiet ones: quiet.py. `on_lost(cluster name)` is called (from within its consume) when it lost its connection to
+    a broker. `strands`: how many consumers share the lane's prefetch (a lane's first consumer is made before its
+    fan is known when the registry names none: it has a lone consumer's)."""
     discovery.learn_cached(cluster)
     extra: dict[str, Any] = {
         "fetch.wait.max.ms": kafka.busy_fetch_wait_ms(cluster),
         "queued.min.messages": 200000,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
+    sizes = {
+        # A lane's strands share out librdkafka's one-consumer prefetch (64 MB) instead of each holding as much:
+        # spreading a lane's feeds over more consumers must not multiply what the gateway holds.
+        "queued.max.messages.kbytes": max(QUEUED_KBYTES_MIN, QUEUED_KBYTES // strands),
+        # A strand holds a few of its lane's partitions: with librdkafka's 1 MB a partition a fetch, a strand of one
+        # partition would bring 1 MB a round trip; the broker caps the whole answer anyway (Tansu ~4.2 MB).
+        "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
+    }
+    # The registry's own choice stands (a broker that answers larger fetches, a host with less memory).
+    extra.update({k: v for k, v in sizes.items() if k not in cluster.client_properties})
     extra.update(reports_lost_connection(cluster, on_lost))
     return kafka.consumer(cluster, **extra)
 
@@ -68,49 +84,71 @@ class NewTopics:
     leader at once."""
 
     def __init__(self) -> None:
-        #: consumer (its lane) -> the source topics it was told of, and those it must be told of
+        #: consumer (its strand, lanes.py) -> the source topics it was told of, and those it must be told of
         self.told: dict[str, set[str]] = {}
         self.pending: dict[str, set[str]] = {}
 
-    def assign(self, consumer: Consumer, lane: str, tp: TopicPartition) -> None:
+    def assign(self, consumer: Consumer, strand: str, tp: TopicPartition) -> None:
         """`consumer.incremental_assign([tp])`; its topic, when new to it, is asked for at the next `introduce`."""
         consumer.incremental_assign([tp])
-        self.expect(lane, tp)
+        self.expect(strand, tp)
 
-    def expect(self, lane: str, tp: TopicPartition) -> None:
-        """The lane's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
+    def expect(self, strand: str, tp: TopicPartition) -> None:
+        """The strand's consumer will be given `tp` (a feed that started quiet, when it wakes): its topic, when new to
         it, is asked for at the next `introduce`, so that the wake does not wait for librdkafka's scan."""
-        if tp.topic not in self.told.get(lane, ()):
-            self.pending.setdefault(lane, set()).add(tp.topic)
+        if tp.topic not in self.told.get(strand, ()):
+            self.pending.setdefault(strand, set()).add(tp.topic)
+
+    def knows(self, strand: str, topic: str) -> None:
+        """The strand's consumer asked for `topic` itself (SourceFeeds._fan): it needs no telling."""
+        self.told.setdefault(strand, set()).add(topic)
 
     def introduce(self, consumers: dict[str, Consumer]) -> None:
-        """Ask each consumer (lane -> consumer) about its new topics (a failure is left to the consumer's own scan).
-        A lane whose consumer is gone is forgotten: a new one for it knows nothing."""
+        """Ask each consumer (strand -> consumer) about its new topics (a failure is left to the consumer's own scan).
+        A strand whose consumer is gone is forgotten: a new one for it knows nothing. The consumers are asked at
+        once, each from a thread of its own: a lane's strands asked one after another cost a round trip to the
+        source each (four strands: 0.8 s more to a resume at 100 ms)."""
         self.told = {name: topics for name, topics in self.told.items() if name in consumers}
         pending, self.pending = self.pending, {}
-        for name, topics in pending.items():
-            c = consumers.get(name)
-            if c is None:
-                continue
+        asks = [(name, consumers[name], topics) for name, topics in pending.items() if name in consumers]
+        for name, _, topics in asks:
             self.told.setdefault(name, set()).update(topics)
-            try:
-                if len(topics) <= INTRODUCE_ONE_BY_ONE:
-                    for topic in topics:
-                        c.list_topics(topic, timeout=INTRODUCE_TIMEOUT)
-                else:
-                    c.list_topics(timeout=INTRODUCE_TIMEOUT)
-            except Exception as e:  # noqa: BLE001 - only a head start: the consumer's own scan finds them
-                log.debug("could not ask for the topics new to %s's consumer: %s", name, e)
+        if len(asks) == 1:
+            _introduce(*asks[0])
+            return
+        threads = [threading.Thread(target=_introduce, args=ask, name="streamrepl-introduce") for ask in asks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()  # each ask is bounded by INTRODUCE_TIMEOUT a request
+
+
+def _introduce(name: str, consumer: Consumer, topics: set[str]) -> None:
+    """Ask `consumer` (strand `name`) about `topics`; nothing else uses it meanwhile (the loop waits for the ask)."""
+    try:
+        if len(topics) <= INTRODUCE_ONE_BY_ONE:
+            for topic in topics:
+                consumer.list_topics(topic, timeout=INTRODUCE_TIMEOUT)
+        else:
+            consumer.list_topics(timeout=INTRODUCE_TIMEOUT)
+    except Exception as e:  # noqa: BLE001 - only a head start: the consumer's own scan finds them
+        log.debug("could not ask for the topics new to %s's consumer: %s", name, e)
 
 
 class SourceFeeds:
-    """`new_source_consumer(cluster)` makes a lane's consumer; `quiet` holds the feeds that brought no records for a
+    """`new_source_consumer(cluster)` makes a strand's consumer (lanes.py); `quiet` holds the feeds that brought no records for a
     while (None: every feed stays in its consumer)."""
 
-    def __init__(self, new_source_consumer: Callable[..., Consumer], quiet: QuietFeeds | None = None):
+    def __init__(
+        self,
+        new_source_consumer: Callable[..., Consumer],
+        quiet: QuietFeeds | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._new_source_consumer = new_source_consumer
         self.quiet = quiet
-        #: lane -> its consumer
+        self._clock = clock
+        #: strand (lanes.py) -> its consumer
         self.consumers: dict[str, Consumer] = {}
         self._lanes = Lanes()
         #: (link, src topic, partition) -> the unit it feeds
@@ -120,16 +158,12 @@ class SourceFeeds:
         #: link name -> the link, for the links with feeds (rebuilt with each plan)
         self._links: dict[str, Link] = {}
         self._new_topics = NewTopics()
-        #: the topics the lanes' consumers let go: asked for before they are read again
+        #: the topics the strands' consumers let go: asked for before they are read again
         self._topic_ids = TopicIds()
         #: source clusters whose consumer (or quiet end watch) lost its connection since the table last looked
         self._lost: set[str] = set()
-        #: source cluster name -> a consumer connected ahead of the first lane of that cluster (keep_spares); the
-        #: names of those being connected; both under _spare_lock (spares are made in threads of their own)
-        self._spares: dict[str, Consumer] = {}
-        self._warming: set[str] = set()
-        self._spare_lock = threading.Lock()
-        self._closed = False
+        #: a consumer connected ahead for each source cluster no lane reads: a lane's first consumer
+        self._spares = SpareConsumers(self._new_source_consumer)
 
     # -- what the loop reads -------------------------------------------------------------------
     def link(self, name: str) -> Link | None:
@@ -138,20 +172,21 @@ class SourceFeeds:
     def unit_of(self, link_name: str, topic: str, partition: int) -> Unit | None:
         return self._by_source.get((link_name, topic, partition))
 
-    def route(self, lane: str, topic: str) -> str | None:
-        """The link whose records of source `topic` the lane's consumer reads."""
-        return self._lanes.routes.get(lane, {}).get(topic)
+    def route(self, strand: str, topic: str) -> str | None:
+        """The link whose records of source `topic` the strand's consumer reads."""
+        return self._lanes.routes.get(strand, {}).get(topic)
 
-    def consumer_of(self, link_name: str) -> Consumer | None:
-        """The consumer that reads the link's feeds (None: it has none)."""
-        lane = self._lanes.of.get(link_name)
-        return self.consumers.get(lane) if lane is not None else None
+    def consumer_of(self, link_name: str, partition: int) -> Consumer | None:
+        """The consumer that reads the link's feeds of source `partition` (None: it has none)."""
+        strand = self._lanes.strand_of(link_name, partition)
+        return self.consumers.get(strand) if strand is not None else None
 
-    def lane_quiet(self, lane: str) -> bool:
-        """Whether every feed the lane's consumer reads is quiet (quiet.py): it holds nothing to read."""
+    def strand_quiet(self, strand: str) -> bool:
+        """Whether every feed the strand's consumer reads is quiet (quiet.py): it holds nothing to read. (Counted by
+        link: a strand is skipped only when all of its links' feeds are quiet, in whatever strand they are.)"""
         quiet = self.quiet
         return quiet is not None and all(
-            quiet.count.get(name, 0) >= self._feed_count.get(name, 0) for name in self._lanes.links.get(lane, ())
+            quiet.count.get(name, 0) >= self._feed_count.get(name, 0) for name in self._lanes.links.get(strand, ())
         )
 
     def all_quiet(self) -> bool:
@@ -159,73 +194,72 @@ class SourceFeeds:
         return self.quiet is not None and sum(self.quiet.count.values()) >= sum(self._feed_count.values())
 
     # -- adding and removing feeds ---------------------------------------------------------------
-    def ready(self, link: Link, topic: str) -> bool | str:
-        """Whether the link's consumer may read source `topic` now (topicids.TopicIds.ready); makes the consumer."""
-        lane, consumer = self._consumer(link)
-        return self._topic_ids.ready(lane, consumer, topic)
+    def ready(self, link: Link, topic: str, partition: int) -> bool | str:
+        """Whether the consumer of the link's source `partition` may read `topic` now (topicids.TopicIds.ready);
+        makes the consumer."""
+        strand, consumer = self._consumer(link, topic, partition)
+        return self._topic_ids.ready(strand, consumer, topic)
 
-    def ask_ahead(self, link: Link, topics: set[str]) -> None:
-        """Before ready() for each of several source topics of the link (topicids.TopicIds.ask_ahead)."""
-        lane, consumer = self._consumer(link)
-        self._topic_ids.ask_ahead(lane, consumer, topics)
+    def ask_ahead(self, link: Link, sources: set[tuple[str, int]]) -> None:
+        """Before ready() for each of several source partitions (topic, partition) of the link: each consumer that
+        will read them asks for its topics at once (topicids.TopicIds.ask_ahead)."""
+        topics: dict[str, tuple[Consumer, set[str]]] = {}
+        for topic, partition in sorted(sources):
+            strand, consumer = self._consumer(link, topic, partition)
+            topics.setdefault(strand, (consumer, set()))[1].add(topic)
+        for strand, (consumer, kts) in topics.items():
+            self._topic_ids.ask_ahead(strand, consumer, kts)
 
-    def _consumer(self, link: Link) -> tuple[str, Consumer]:
-        lane = self._lanes.lane(link)
-        c = self.consumers.get(lane)
+    def _consumer(self, link: Link, topic: str, partition: int) -> tuple[str, Consumer]:
+        strand = self._lanes.strand(link, partition, lambda lane: self._fan(link, lane, topic))
+        c = self.consumers.get(strand)
         if c is None:
-            with self._spare_lock:
-                spare = self._spares.pop(link.src_cluster.name, None)
-            c = spare if spare is not None else self._new_source_consumer(link.src_cluster)
-            self.consumers[lane] = c
-        return lane, c
+            lane = self._lanes.of[link.name]
+            c = self._spares.take(link.src_cluster) if strand == strand_name(lane, 0) else None
+            if c is None:
+                c = self._new_source_consumer(link.src_cluster, strands=self._lanes.fan[lane])
+            self.consumers[strand] = c
+            log.info("source consumer %s made (%d in all)", strand, len(self.consumers))
+        return strand, c
 
-    # -- spare consumers -------------------------------------------------------------------------
-    def keep_spares(self, clusters: Iterable[Cluster]) -> None:
-        """Keep a consumer connected to each of `clusters` (the source clusters of the plan: those of links held
-        paused among them) that no link with feeds reads; the first lane of its cluster takes it. A new consumer costs
-        four round trips before its first fetch (ApiVersions and Metadata at the bootstrap address, ApiVersions and
-        Fetch at the broker's): across a WAN, most of the time from `replica resume` to its first record (issue 28);
-        taken ready, the topic's lookup (NewTopics) and the fetch are left. A spare is made, and asks its cluster's
-        metadata log's end once (which connects it to both addresses), in a thread of its own; it then reads nothing.
-        Spares of clusters no longer asked for, or read by a lane now, are closed."""
-        wanted = {c.name: c for c in clusters}
-        for link in self._links.values():
-            wanted.pop(link.src_cluster.name, None)
-        with self._spare_lock:
-            unwanted = [self._spares.pop(name) for name in [n for n in self._spares if n not in wanted]]
-            new = [c for name, c in wanted.items() if name not in self._spares and name not in self._warming]
-            self._warming.update(c.name for c in new)
-        for c in unwanted:
-            c.close()
-        for cluster in new:
-            threading.Thread(target=self._warm, args=(cluster,), name="spare-consumer", daemon=True).start()
-
-    def _warm(self, cluster: Cluster) -> None:
-        c: Consumer | None = None
+    def _fan(self, link: Link, lane: str, topic: str) -> int:
+        """The fan of a new lane whose registry entry names none (lanes.lookup_fan): its first consumer, made now (or
+        the cluster's spare), asks for `topic` (which it must be told of anyway: NewTopics), and how long that took
+        says how far the source is. Nothing else waits: the lane's other consumers are made once its fan is known."""
+        first = strand_name(lane, 0)
+        c = self._spares.take(link.src_cluster) or self._new_source_consumer(link.src_cluster)
+        self.consumers[first] = c
+        began = self._clock()
         try:
-            c = self._new_source_consumer(cluster)
-            c.offsets_for_times([TopicPartition(METADATA_TOPIC, 0, kafka.LATEST)], timeout=SPARE_TIMEOUT)
-        except Exception as e:  # noqa: BLE001 - only a head start: connected or not, a spare is kept
-            log.debug("a spare consumer of %s did not connect: %s", cluster.name, e)
-        with self._spare_lock:
-            self._warming.discard(cluster.name)
-            if c is not None and not self._closed and cluster.name not in self._spares:
-                self._spares[cluster.name], c = c, None
-        if c is not None:
-            c.close()
+            c.list_topics(topic, timeout=INTRODUCE_TIMEOUT)
+            took: float | None = self._clock() - began
+            self._new_topics.knows(first, topic)
+        except Exception as e:  # noqa: BLE001 - no answer in time: taken for a long line
+            log.debug("%s: the first topic lookup failed: %s", first, e)
+            took = None
+        fan = lookup_fan(took)
+        shown = "no answer" if took is None else f"{took * 1000:.0f} ms"
+        log.info("source consumer %s made; its first lookup took %s: %d consumer(s) for the lane", first, shown, fan)
+        return fan
+
+    def keep_spares(self, clusters: Iterable[Cluster]) -> None:
+        """Keep a spare consumer (spares.py) connected to each of `clusters` that no link with feeds reads."""
+        self._spares.keep(clusters, {link.src_cluster.name for link in self._links.values()})
 
     def add(self, state: UnitState, link: Link, src_kt: str, start_quiet: bool) -> None:
         """Feed `state` from the link's source partition, from the writer's next offset. `start_quiet`: many
         partitions are taken up at once (units.START_QUIET_AT), and a feed that is the unit's only one starts quiet."""
         tp = TopicPartition(src_kt, state.unit.partition, state.writer.next)
-        lane, consumer = self._consumer(link)  # also for a feed that starts quiet: it is woken into it
-        self._lanes.route(lane, src_kt, link.name)
+        strand, consumer = self._consumer(
+            link, src_kt, tp.partition
+        )  # also for a feed that starts quiet: woken into it
+        self._lanes.route(strand, src_kt, link.name)
         alone = not state.feeds and not state.unverified
         if start_quiet and self.quiet is not None and alone and not link.throttle and state.writer.idle():
-            self._new_topics.expect(lane, tp)
+            self._new_topics.expect(strand, tp)
             self.quiet.hold(link.name, link.src_cluster, tp, state.writer.next)
         else:
-            self._new_topics.assign(consumer, lane, tp)
+            self._new_topics.assign(consumer, strand, tp)
         state.feeds[link.name] = (link, tp)
         self._by_source[(link.name, src_kt, tp.partition)] = state.unit
         self._feed_count[link.name] = self._feed_count.get(link.name, 0) + 1
@@ -238,7 +272,7 @@ class SourceFeeds:
     def remove(self, state: UnitState, name: str) -> tuple[Link, TopicPartition]:
         """Stop the feed `name` of `state`; returns it."""
         link, tp = state.feeds.pop(name)
-        c = self.consumer_of(name)
+        c = self.consumer_of(name, tp.partition)
         quiet = self.quiet is not None and self.quiet.holds(name, tp)
         if self.quiet is not None:
             self.quiet.release(name, tp)  # also forgets the end its last wake was for
@@ -249,9 +283,9 @@ class SourceFeeds:
                 pass
         self._by_source.pop((name, tp.topic, tp.partition), None)
         self._feed_count[name] -= 1
-        lane = self._lanes.of.get(name)
-        if lane is not None:
-            self._topic_ids.let_go(lane, tp.topic)
+        strand = self._lanes.strand_of(name, tp.partition)
+        if strand is not None:
+            self._topic_ids.let_go(strand, tp.topic)
         return link, tp
 
     def follow_links(self, links: list[Link], units: dict[Unit, UnitState]) -> None:
@@ -260,9 +294,9 @@ class SourceFeeds:
         live = {link.name for link in links}
         for name in [n for n in self._lanes.of if n not in live]:
             self._lanes.release(name)
-        for lane in [n for n in self.consumers if n not in self._lanes.links]:
-            self.consumers.pop(lane).close()
-            self._topic_ids.closed(lane)
+        for strand in [n for n in self.consumers if n not in self._lanes.links]:
+            self.consumers.pop(strand).close()
+            self._topic_ids.closed(strand)
         self._new_topics.introduce(self.consumers)
         if self.quiet is not None:
             self.quiet.close_unused(live, {link.src_cluster.name for link in links})
@@ -277,7 +311,7 @@ class SourceFeeds:
     def pause(self, link_name: str, tp: TopicPartition, resume_at: int | None) -> bool:
         """Stop fetching a throttled feed; its records from `resume_at` on (None: none fetched past the slice) are
         fetched again when it resumes. False: the link has no consumer."""
-        c = self.consumer_of(link_name)
+        c = self.consumer_of(link_name, tp.partition)
         if c is None:
             return False
         c.pause([TopicPartition(tp.topic, tp.partition)])
@@ -286,7 +320,7 @@ class SourceFeeds:
         return True
 
     def resume(self, link_name: str, tp: TopicPartition) -> None:
-        c = self.consumer_of(link_name)
+        c = self.consumer_of(link_name, tp.partition)
         if c is not None:
             c.resume([TopicPartition(tp.topic, tp.partition)])
 
@@ -314,7 +348,7 @@ class SourceFeeds:
             if len(state.feeds) != 1 or state.unverified or state.throttled_until or not state.writer.idle():
                 continue
             ((name, (link, tp)),) = state.feeds.items()
-            busy = self.consumer_of(name)
+            busy = self.consumer_of(name, tp.partition)
             if (
                 busy is None
                 or link.throttle
@@ -344,7 +378,7 @@ class SourceFeeds:
         for name, topic, partition, end in moved:
             unit = self._by_source.get((name, topic, partition))
             state = units.get(unit) if unit else None
-            busy = self.consumer_of(name)
+            busy = self.consumer_of(name, partition)
             if state is None or busy is None or name not in state.feeds:
                 continue
             tp = state.feeds[name][1]
@@ -361,7 +395,7 @@ class SourceFeeds:
         brought (no request); each feed is looked at once per acquisition."""
         for state in units.values():
             for name, (_, tp) in state.feeds.items():
-                c = self.consumer_of(name)
+                c = self.consumer_of(name, tp.partition)
                 if name in state.rechecked or c is None:
                     continue
                 try:
@@ -380,7 +414,7 @@ class SourceFeeds:
         out: dict[str, int] = {}
         for state in list(units.values()):
             for name, (_, tp) in list(state.feeds.items()):
-                c = self.consumer_of(name)
+                c = self.consumer_of(name, tp.partition)
                 if self.quiet is not None and self.quiet.holds(name, tp):
                     out[name] = out.get(name, 0)  # a quiet feed's end has not passed its writer (quiet.py)
                     continue
@@ -406,7 +440,7 @@ class SourceFeeds:
                 return False
             if self.quiet is not None and self.quiet.holds(name, tp):
                 continue
-            c = self.consumer_of(name)
+            c = self.consumer_of(name, tp.partition)
             if c is None:
                 return False
             try:
@@ -421,10 +455,6 @@ class SourceFeeds:
         for c in self.consumers.values():
             c.close()
         self.consumers.clear()
-        with self._spare_lock:
-            self._closed = True
-            spares, self._spares = list(self._spares.values()), {}
-        for c in spares:
-            c.close()
+        self._spares.close()
         if self.quiet is not None:
             self.quiet.close()

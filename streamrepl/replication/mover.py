@@ -84,14 +84,14 @@ class Mover:
     def move_once(self) -> int:
         """One pass over the source consumers; returns the records seen (0: idle)."""
         busy = 0
-        for lane, c in list(self.feeds.consumers.items()):
-            if self.feeds.lane_quiet(lane):
+        for strand, c in list(self.feeds.consumers.items()):
+            if self.feeds.strand_quiet(strand):
                 continue  # every feed it reads is quiet: the consumer holds nothing to read
             msgs = c.consume(BATCH, timeout=0)
             # A connection lost during this consume stops its feeds before anything they brought is written.
             self.table.recheck_lost_sources()
             if msgs:
-                busy += self.apply_batch(lane, msgs)
+                busy += self.apply_batch(strand, msgs)
         # Quiet feeds whose end moved (their watch asks from a thread of its own; news taken here costs nothing).
         # A source cluster whose connection was lost first has its feeds stopped and compared again.
         moved = self.feeds.quiet_news()
@@ -112,8 +112,9 @@ class Mover:
             self.unthrottle()
         return busy
 
-    def apply_batch(self, lane: str, msgs: list[Message]) -> int:
-        """Hand a batch from one source consumer (`lane`, lanes.py) to the units its links feed; returns records seen."""
+    def apply_batch(self, strand: str, msgs: list[Message]) -> int:
+        """Hand a batch from one source consumer (`strand`, lanes.py) to the units its links feed; returns records
+        seen."""
         units = self.table.units
         by_tp: dict[tuple[str, int], list[Message]] = {}
         eofs: list[Message] = []
@@ -123,11 +124,11 @@ class Mover:
             elif kafka.is_partition_eof(m.error()):
                 eofs.append(m)
             else:
-                log.warning("%s: %s", lane, m.error().str())  # type: ignore[union-attr]
-        # Each source topic is one link's in a lane: the batch goes link by link.
+                log.warning("%s: %s", strand, m.error().str())  # type: ignore[union-attr]
+        # Each source topic is one link's in a strand: the batch goes link by link.
         by_link: dict[str, dict[tuple[str, int], list[Message]]] = {}
         for tp, batch in by_tp.items():
-            name = self.feeds.route(lane, tp[0])
+            name = self.feeds.route(strand, tp[0])
             if name is not None:
                 by_link.setdefault(name, {})[tp] = batch
         for name, batches in by_link.items():
@@ -135,7 +136,7 @@ class Mover:
             if link is not None:
                 self._apply_link(link, batches)
         for m in eofs:
-            name = self.feeds.route(lane, m.topic())  # type: ignore[arg-type]
+            name = self.feeds.route(strand, m.topic())  # type: ignore[arg-type]
             unit = self.feeds.unit_of(name, m.topic(), m.partition()) if name else None  # type: ignore[arg-type]
             state = units.get(unit) if unit else None
             if state is not None and not state.throttled_until and m.offset() > state.writer.next:  # type: ignore[operator]

@@ -128,11 +128,11 @@ class UnitTable:
             if state is not None:
                 opened.append(state)
         if len(opened) > 1:
-            topics: dict[str, tuple[Link, set[str]]] = {}
+            sources: dict[str, tuple[Link, set[tuple[str, int]]]] = {}
             for st in opened:
                 for link, src_kt in st.unverified.values():
-                    topics.setdefault(link.name, (link, set()))[1].add(src_kt)
-            for link, kts in topics.values():
+                    sources.setdefault(link.name, (link, set()))[1].add((src_kt, st.unit.partition))
+            for link, kts in sources.values():
                 self.feeds.ask_ahead(link, kts)
             self.guard.check_ahead(
                 [
@@ -236,7 +236,7 @@ class UnitTable:
                 continue
             verdict = self.guard.check_source(state, link, TopicPartition(src_kt, state.unit.partition))
             if verdict is True:
-                verdict = self.feeds.ready(link, src_kt)
+                verdict = self.feeds.ready(link, src_kt, state.unit.partition)
             if isinstance(verdict, Fail):
                 self.fail(state.unit, verdict.error)
                 return False

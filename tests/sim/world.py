@@ -151,7 +151,7 @@ class World:
         gw: Gateway | None = None
         made: list[Gateway] = []
 
-        def source_consumer(cluster: Cluster) -> kafka.Consumer:
+        def source_consumer(cluster: Cluster, strands: int = 1) -> kafka.Consumer:
             # replication.feeds.source_consumer without its thread (discovery.learn_cached): a lost connection
             # is reported to the partition table, as by the gateway's own
             on_lost = made[0].feeds.source_lost

@@ -53,7 +53,15 @@ def test_oauthbearer_extensions_are_masked(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("prop", "message"),
-    [("streamrepl.brokr: tansu", "unknown property 'streamrepl.brokr'"), ("streamrepl.broker: kafkaa", "use one of")],
+    [
+        ("streamrepl.brokr: tansu", "unknown property 'streamrepl.brokr'"),
+        ("streamrepl.broker: kafkaa", "use one of"),
+        ("streamrepl.source.consumers: 0", "'0'; use a whole number from 1 to 16"),
+        ("streamrepl.source.consumers: 17", "'17'; use a whole number from 1 to 16"),
+        ("streamrepl.source.consumers: four", "'four'; use a whole number from 1 to 16"),
+        ("streamrepl.source.consumers: 2.5", "'2.5'; use a whole number from 1 to 16"),
+        ("streamrepl.source.consumers: true", "use a whole number from 1 to 16"),
+    ],
 )
 def test_streamrepls_own_registry_properties_are_checked(tmp_path: Path, prop: str, message: str) -> None:
     text = f"clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n    {prop}\n"
@@ -67,3 +75,16 @@ def test_streamrepls_own_registry_properties_never_reach_a_kafka_client(tmp_path
     reg = registry.parse("clusters:\n  a:\n    bootstrap.servers: h:1\n    streamrepl.broker: noida\n", tmp_path / "c")
     assert reg.get("a").broker == "noida"
     assert "streamrepl.broker" not in client_config(reg.get("a"))
+
+
+def test_the_number_of_source_consumers_is_read_from_the_registry(tmp_path: Path) -> None:
+    """`streamrepl.source.consumers`: how many consumers a gateway reads a lane of this source with (lanes.py)."""
+    from streamrepl.kafka import client_config
+
+    reg = registry.parse(
+        "clusters:\n  a:\n    bootstrap.servers: h:1\n    streamrepl.source.consumers: 2\n"
+        "  b:\n    bootstrap.servers: h:1\n",
+        tmp_path / "c",
+    )
+    assert reg.get("a").source_consumers == 2 and reg.get("b").source_consumers is None
+    assert "streamrepl.source.consumers" not in client_config(reg.get("a"))

@@ -147,7 +147,7 @@ def test_the_partitions_one_batch_wakes_have_their_ends_checked_in_one_request()
     lk = link()
     src_kt, units = kafka_topic_name(SRC, "t"), [Unit(DST, "t", p) for p in (0, 1, 2)]
     source, reader, producer = FakeConsumer(), FakeConsumer(), FakeProducer()
-    mover = Mover.assemble(reader, GatewayStats("test"), lambda cluster: source, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
+    mover = Mover.assemble(reader, GatewayStats("test"), lambda cluster, **_: source, lambda: producer, 1000)  # type: ignore[arg-type,return-value]
     plan = Plan([lk], {u: [(lk, src_kt)] for u in units}, {}, [])
     mover.table.follow(plan, {kafka_topic_name(DST, "t")}, plan.units, True, producer)  # type: ignore[arg-type]
     reader.asked.clear()
