@@ -305,8 +305,10 @@ class Gateway:
         if threads:
             self.allow_list.start()
         # Reported before joining: a member of the slot group without a fresh report could be taken for a dead
-        # gateway's and its seat adopted (membership.SlotGroup.adopt_dead).
-        self.reports.all()
+        # gateway's and its seat adopted (membership.SlotGroup.adopt_dead). Delivered, not only queued: a gateway
+        # started again after a fence joined before its report was out, and the other gateway, which had adopted its
+        # seat for its late reports, adopted it again at once (tests/sim, seed 8745: fenced twice after the faults).
+        self.reports.all(wait=REPORT_SECONDS)
         self.group.join()
         if threads:
             # Committed cursors to the replicas: a thread feeding a worker process (see cursor_sync.py for why).

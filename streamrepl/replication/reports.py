@@ -70,8 +70,9 @@ class StatusReports:
             }
             self._send(statustopic.unit_key(str(unit.dst), str(src), unit.topic, unit.partition), body)
 
-    def all(self) -> None:
-        """The partitions whose state changed since they were last reported, and the gateway itself."""
+    def all(self, wait: float = 0.0) -> None:
+        """The partitions whose state changed since they were last reported, and the gateway itself; with `wait`,
+        the reports are delivered (for up to `wait` seconds) before this returns."""
         for unit, st in self.table.units.items():
             mark = ("ok", st.writer.next, self._caught_up(st))
             if st.reported != mark:
@@ -94,6 +95,11 @@ class StatusReports:
         if self.parent_id:
             body["parent"] = self.parent_id  # `cluster gateway resolve` allows a worker by its supervisor's id
         self._gateway(body)
+        if wait > 0:
+            try:
+                self._producer().flush(wait)
+            except KafkaException as e:
+                log.warning("gateway %s: the status reports were not delivered (%s)", self.gateway_id, e)
 
     def stopped(self) -> None:
         self._gateway({"gateway": self.gateway_id, "stopped": True, "updated": int(time.time() * 1000)})

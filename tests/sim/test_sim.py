@@ -19,9 +19,10 @@ STALL = (1, "restart")
 
 #: the seeds that found bugs (each failed before its fix: docs/simulation.md, "What it found")
 FOUND = {
-    (140, "default"): "the harness's own final check: a gateway fenced and started again at the very moment of the"
-    " check had an empty table, so a partition its last process had put in ERROR (and reported) read as neither"
-    " caught up nor in ERROR; the check now reads the gateways' reports too, as replica list does (World.errored)",
+    (140, "default"): "a gateway started again after a fence joined the slot group with its report still queued;"
+    " the gateway that had adopted its seat (its reports were late during the faults) took it again at once, and it"
+    " was fenced twice after the faults stopped (Gateway.begin now waits for the report's delivery). Also the"
+    " harness: the final check now reads the gateways' reports for ERROR, as replica list does (World.errored)",
     (8745, "default"): "as 140 (kafka flavour, two gateways)",
     (19, "restart"): "a gateway killed after joining the slot group with its first report still queued: its seat"
     " was never adopted (SlotGroup.dead_seats: a member without a report for longer than LIVE_SECONDS is dead)",

@@ -122,6 +122,9 @@ class World:
         #: every gateway process started (an id started again replaces its entry in `gateways`, not here)
         self.procs: list[SimGateway] = []
         self.ids = 0
+        #: when the faults stopped (settle), and how often each gateway id was fenced since
+        self.faults_stopped_at: float | None = None
+        self.fences_after: dict[str, int] = {}
         self.out = Outcome(seed, self.config)
         #: (partition, offset) -> every source record ever written there (a changed history has several)
         self.history: dict[tuple[int, int], list[Any]] = {}
@@ -201,6 +204,15 @@ class World:
         except (SeatTaken, GatewayFenced) as e:
             self.event(f"{gw.id} exits: {e}")
             g.alive = False
+            if self.faults_stopped_at is not None:
+                # Once the faults stopped, a gateway may find its seat taken once (its reports were lost or late
+                # meanwhile); started again, it must keep it (seeds 140, 8745: its report was still queued when it
+                # joined, and the adopter took the seat again at once).
+                self.fences_after[gw.id] = self.fences_after.get(gw.id, 0) + 1
+                if self.fences_after[gw.id] == 2:
+                    self.out.violations.append(
+                        f"{gw.id} was fenced again at t={self.clock.now - 1000:.2f}, after the faults stopped"
+                    )
             if isinstance(e, SeatTaken):
                 self.start_gateway(gw.id)  # its supervisor starts it again under its id
         except Exception as e:  # noqa: BLE001 - the gateway's process would die of it: a finding
@@ -320,6 +332,7 @@ class World:
         SETTLE_SECONDS every partition catches up or fails with a reason."""
         self.heal()
         self.event("faults stop")
+        self.faults_stopped_at = self.clock.now
         if not self.live():
             self.start_gateway()
         self.write_source(self.config.partitions * 2)
