@@ -148,9 +148,11 @@ def cursors(logdir: Path, b: wan.Behind, rtt: float, commits: int, period: float
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
+    from streamrepl.paths import StreamPath, kafka_topic_name
+
     name = f"cur{period:g}rtt{rtt:g}r{seed}".replace(".", "_")
     src, dst = bench.new_link(name, ["t"], False, partitions=1)
-    topic = f"sr.{name}.t"
+    topic = kafka_topic_name(StreamPath(bench.SRC, f"/{name}"), "t")  # the same name on both clusters
     near = b.source_local or b.source
     bench.fill(near, topic, commits + 10, partitions=1)
     os.environ["STREAMREPL_CURSOR_SYNC_SECONDS"] = str(period)
