@@ -449,7 +449,7 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
     out = []
     value = b"v" * a.size
     with clusters_behind_line(logdir / f"rtt{rtt:g}", a.source_props, a.broker, a.front) as behind:
-        line, src_pid, sb, db, dst_pid, _ = behind
+        line, src_pid, sb, db, dst_pid = behind.line, behind.src_pid, behind.source, behind.dest, behind.dst_pid
         reg = registry.load()
         dst_cluster = reg.get(bench.DST)
         cpu = bench.CpuMeter([src_pid, dst_pid])
