@@ -8,6 +8,9 @@ bench/build-delayline into bench/.build), a TCP proxy that holds each direction 
 bandwidth. It sits between the relays and the SOURCE cluster: the source is a Tansu broker started here whose
 advertised listener is the line's port, so every connection a client makes to it (bootstrap and the broker's own
 address from the metadata) crosses the line; the destination is on loopback, as the gateways run on its side.
+With --front proxy (and always with --broker noida, which advertises the address it binds) the source advertises
+itself and Tansu's `proxy` command stands in front of the line, rewriting the metadata to its own address: clients
+given the proxy's address cross the line, clients given the broker's own do not (FRONTS).
 
 First the line is measured alone (a plain TCP sender and receiver, directly and through it, and a 1-byte ping at
 each round trip). Then for each round trip: a fresh pair of brokers; for each partition count, REPS rounds of the

@@ -1,6 +1,7 @@
 """Benchmark: what a round trip to the source costs a gateway's start and a takeover (issue 28, beside bench/wan.py).
 
-Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan_ops.py [--rtts 0,50] [--what acquire,produce,takeover]
+Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan_ops.py [--rtts 0,50] [--what acquire,produce,cursors,takeover]
+                                                        [--broker tansu|noida] [--front advertise|proxy]
                                                         [--partitions 800] [--reps 2] [--json out.json]
 
 Through bench/wan.py's delay line (the source behind it, the destination and the gateways on loopback), each round
@@ -18,6 +19,11 @@ trip with fresh brokers:
             acknowledgement (one round trip) and, for the synchronous replica, for the replica's end (read on
             loopback) to pass the record, which the gateway's fetch held at the source brings half a round trip
             after the record is written. Target: p50 within two round trips + 15 ms.
+            With --producer source (--front proxy): the producer is on the source's side instead, given the
+            broker's own address, and reads the replica across a second delay line (and proxy) of the same round
+            trip in front of the destination; the gateway still writes the destination directly.
+  cursors   a consumer group on the source's side commits offsets of a replicated partition one at a time; ms until
+            the replica's group has each (wan_ops.cursors), for each cursor-sync period in --periods.
   takeover  bench/handoff.py's run: two gateways replicate one topic of 4 partitions while 1,000 records/s are
             written; the owner of partition 0 gets SIGKILL; seconds until the other gateway writes partition 0
             (every record compared at the end). Target: its time at 0 ms plus five round trips.
