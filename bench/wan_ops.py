@@ -104,17 +104,22 @@ def acquire(logdir: Path, line: wan.DelayLine, rtt: float, partitions: int, rep:
     }
 
 
-def takeover(logdir: Path, line: wan.DelayLine, rtt: float, rep: int, sb: str, db: str) -> dict:
-    # handoff.one_run reads the clusters of an EphemeralClusters: the same, for the source behind the line.
+def takeover(logdir: Path, b: wan.Behind, rtt: float, rep: int) -> dict:
+    # handoff.one_run reads the clusters of an EphemeralClusters: the same, for the source behind the line. Its writer,
+    # its ends and its compare of every record use the source broker's own address where there is one (front
+    # "proxy": on the source's side, as a producer there would be); the gateways read it across the line.
+    near = b.source_local or b.source
+    reg = logdir / f"handoff-rtt{rtt:g}.yaml"
+    reg.write_text(wan.registry_text({bench.SRC: near, bench.DST: b.dest}))
     shim = SimpleNamespace(
-        brokers={bench.SRC: SimpleNamespace(bootstrap=sb), bench.DST: SimpleNamespace(bootstrap=db)},
-        registry_path=Path(os.environ["STREAMREPL_CLUSTERS"]),
+        brokers={bench.SRC: SimpleNamespace(bootstrap=near), bench.DST: SimpleNamespace(bootstrap=b.dest)},
+        registry_path=reg,
     )
-    line.set(rtt)
+    b.line.set(rtt)
     try:
         return handoff.one_run(shim, logdir, f"ko{rep}rtt{rtt:g}".replace(".", "_"), signal.SIGKILL, 1000)  # type: ignore[arg-type]
     finally:
-        line.set(0)
+        b.line.set(0)
 
 
 def produce(logdir: Path, b: wan.Behind, rtt: float, n: int, side: str) -> dict:
@@ -251,7 +256,7 @@ def main() -> int:
     res["logs"] = str(logdir)
     for rtt in rtts:
         with wan.clusters_behind_line(logdir / f"rtt{rtt:g}", {}, a.broker, a.front) as b:
-            line, sb, db = b.line, b.source, b.dest
+            line = b.line
             for rep in range(a.reps):
                 row: dict = {"rtt_ms": rtt, "rep": rep + 1, "load": os.getloadavg()[0]}
                 if "acquire" in what:
@@ -277,7 +282,7 @@ def main() -> int:
                 if "takeover" in what:
                     bench.log(f"rtt {rtt:g} ms, round {rep + 1}: takeover after SIGKILL")
                     try:
-                        row["takeover"] = takeover(logdir, line, rtt, rep, sb, db)
+                        row["takeover"] = takeover(logdir, b, rtt, rep)
                     except RuntimeError as e:
                         row["takeover"] = {"error": str(e)[:300]}
                 row["load_after"] = os.getloadavg()[0]
