@@ -781,9 +781,10 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
     }
 
 
-def produce_latency(logdir: Path, n: int = 500) -> dict:
+def produce_latency(logdir: Path, n: int = 500, reg: object = None) -> dict:
     """streamrepl.client.StreamProducer.send(), one record at a time (each waits for its acknowledgement), into
-    a stream with an asynchronous replica and into one with a synchronous replica, one gateway for both."""
+    a stream with an asynchronous replica and into one with a synchronous replica, one gateway for both. `reg`: the
+    producer's registry (its addresses of both clusters), by default the gateway's ($STREAMREPL_CLUSTERS)."""
     from streamrepl import registry
     from streamrepl.client import StreamProducer
 
@@ -793,7 +794,7 @@ def produce_latency(logdir: Path, n: int = 500) -> dict:
     out: dict = {}
     try:
         slots_settled(logdir, ["produce-latency"])
-        reg = registry.load()
+        reg = reg or registry.load()
         for mode, path in (("async", f"/{SRC}/pasync:p"), ("sync", f"/{SRC}/psync:p")):
             with contextlib.closing(StreamProducer(path, reg, sync_timeout=20.0, sync_stall=15.0)) as p:
                 p.send(value=b"warm-up", timeout=60)  # the gateway's first acquisition is not a latency

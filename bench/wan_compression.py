@@ -88,7 +88,8 @@ def main() -> int:
     a = ap.parse_args()
     res: dict = {"machine": bench.machine(), "started": time.time(), "mbit": a.mbit, "rtt_ms": a.rtt, "rows": []}
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-wancz-"))
-    with wan.clusters_behind_line(logdir / "brokers", {}) as (line, _sp, sb, db, _dp):
+    with wan.clusters_behind_line(logdir / "brokers", {}) as b:
+        line, sb, db = b.line, b.source, b.dest
         for codec in ("none", "lz4"):
             ctopic = f"cz.c.{codec}"
             bench.create_topic(sb, ctopic, PARTITIONS)
