@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--codecs", default="off,lz4,zstd", help="the links' -networkcompression values")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    res: dict = {"machine": bench.machine(), "started": time.time(), "mbit": a.mbit, "rtt_ms": a.rtt, "rows": []}
+    res: dict = {"machine": __import__("provenance").machine(), "started": time.time(), "mbit": a.mbit, "rtt_ms": a.rtt, "rows": []}
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-wancz-"))
     with wan.clusters_behind_line(logdir / "brokers", {}) as b:
         line, sb, db = b.line, b.source, b.dest
