@@ -109,6 +109,14 @@ def producer(cluster: Cluster, **extra: Any) -> Producer:
     return _build(Producer, cluster, conf)
 
 
+#: The largest fetch answer a consumer takes (librdkafka's receive.message.max.bytes, at its maximum; its default is
+#: 100 MB). noida-db answers a fetch with everything a partition holds past the offset asked for, whatever
+#: fetch.max.bytes says: librdkafka dropped every larger answer and the connection with it, so a source with more than
+#: 100 MB behind a gateway's position was never replicated (tests/e2e/test_noida_large_backlog.py). Brokers that
+#: honour fetch.max.bytes (Kafka, Tansu) never send that much. A cluster's registry entry may set its own.
+ANSWER_LIMIT = 2_147_483_647
+
+
 def consumer(cluster: Cluster, group: str | None = None, **extra: Any) -> Consumer:
     conf: dict[str, Any] = {
         "group.id": group or f"streamrepl-reader-{uuid.uuid4()}",
@@ -119,5 +127,7 @@ def consumer(cluster: Cluster, group: str | None = None, **extra: Any) -> Consum
         # Readers want what is there now, not to wait for more: commands must feel instant.
         "fetch.wait.max.ms": 10,
     }
+    if "receive.message.max.bytes" not in cluster.client_properties:
+        conf["receive.message.max.bytes"] = ANSWER_LIMIT
     conf.update(extra)
     return _build(Consumer, cluster, conf)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.streams import Gateways, link, new_stream, new_topics, same_ends, sp, wait_until
 
@@ -34,11 +33,6 @@ def _tail(bootstrap: str, topic: str, end: int, n: int) -> list[tuple[int, bytes
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: the gateway's source consumer sets no receive.message.max.bytes, so it loses the connection"
-    " at every answer from noida-db ('lost the connection to source') and replicates nothing",
-)
 def test_a_source_backlog_above_a_clients_answer_limit_is_replicated(tmp_path: Path) -> None:
     with EphemeralClusters(["sanfrancisco", "newyork"], broker="noida", state_dir=tmp_path / "state") as ec:
         reg = ec.registry_path
