@@ -215,7 +215,8 @@ class SourceFeeds:
         c = self.consumers.get(strand)
         if c is None:
             lane = self._lanes.of[link.name]
-            c = self._spares.take(link.src_cluster) if strand == strand_name(lane, 0) else None
+            spare = self._spares.take(link.src_cluster) if strand == strand_name(lane, 0) else None
+            c = spare[0] if spare is not None else None
             if c is None:
                 c = self._new_source_consumer(link.src_cluster, strands=self._lanes.fan[lane])
             self.consumers[strand] = c
@@ -227,7 +228,8 @@ class SourceFeeds:
         the cluster's spare), asks for `topic` (which it must be told of anyway: NewTopics), and how long that took
         says how far the source is. Nothing else waits: the lane's other consumers are made once its fan is known."""
         first = strand_name(lane, 0)
-        c = self._spares.take(link.src_cluster) or self._new_source_consumer(link.src_cluster)
+        spare = self._spares.take(link.src_cluster)
+        c = spare[0] if spare is not None else self._new_source_consumer(link.src_cluster)
         self.consumers[first] = c
         began = self._clock()
         try:
@@ -237,6 +239,10 @@ class SourceFeeds:
         except Exception as e:  # noqa: BLE001 - no answer in time: taken for a long line
             log.debug("%s: the first topic lookup failed: %s", first, e)
             took = None
+        if spare is not None:
+            # Connected already, the spare's lookup took one round trip, not a new consumer's few: under the mark at
+            # 50 ms, which gave a lane across a 50 ms line one consumer. Its own first request says how far it is.
+            took = spare[1]
         fan = lookup_fan(took)
         shown = "no answer" if took is None else f"{took * 1000:.0f} ms"
         log.info("source consumer %s made; its first lookup took %s: %d consumer(s) for the lane", first, shown, fan)

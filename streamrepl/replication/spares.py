@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from .. import kafka
@@ -33,6 +34,8 @@ class SpareConsumers:
         #: in threads of their own)
         self._spares: dict[str, Consumer] = {}
         self._warming: set[str] = set()
+        #: source cluster name -> how long its spare's first request took (None: it did not answer)
+        self._first_request: dict[str, float | None] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -49,10 +52,13 @@ class SpareConsumers:
         for cluster in new:
             threading.Thread(target=self._warm, args=(cluster,), name="spare-consumer", daemon=True).start()
 
-    def take(self, cluster: Cluster) -> Consumer | None:
-        """The cluster's spare, now the caller's (None: there is none ready)."""
+    def take(self, cluster: Cluster) -> tuple[Consumer, float | None] | None:
+        """The cluster's spare, now the caller's, and how long its first request took when it was made, as a new
+        consumer's would (None: it did not answer; lanes.lookup_fan): its own requests now take one round trip.
+        None: there is no spare ready."""
         with self._lock:
-            return self._spares.pop(cluster.name, None)
+            c = self._spares.pop(cluster.name, None)
+            return None if c is None else (c, self._first_request.pop(cluster.name, None))
 
     def close(self) -> None:
         with self._lock:
@@ -63,14 +69,18 @@ class SpareConsumers:
 
     def _warm(self, cluster: Cluster) -> None:
         c: Consumer | None = None
+        took: float | None = None
         try:
             c = self._new_consumer(cluster)
+            began = time.monotonic()
             c.offsets_for_times([TopicPartition(METADATA_TOPIC, 0, kafka.LATEST)], timeout=SPARE_TIMEOUT)
+            took = time.monotonic() - began
         except Exception as e:  # noqa: BLE001 - only a head start: connected or not, a spare is kept
             log.debug("a spare consumer of %s did not connect: %s", cluster.name, e)
         with self._lock:
             self._warming.discard(cluster.name)
             if c is not None and not self._closed and cluster.name not in self._spares:
                 self._spares[cluster.name], c = c, None
+                self._first_request[cluster.name] = took
         if c is not None:
             c.close()

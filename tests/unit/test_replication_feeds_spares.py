@@ -9,7 +9,7 @@ from typing import Any
 from streamrepl.paths import StreamPath
 from streamrepl.registry import Cluster
 from streamrepl.replication.feeds import SourceFeeds
-from streamrepl.replication.lanes import strand_name
+from streamrepl.replication.lanes import SOURCE_CONSUMERS, strand_name
 from streamrepl.replication.links import Link
 
 SF = Cluster("sf", {"bootstrap.servers": "127.0.0.1:1"})
@@ -19,9 +19,10 @@ TOKYO = Cluster("tokyo", {"bootstrap.servers": "127.0.0.1:2"})
 class Consumers:
     """Made consumers, in order: each asks for an end once (the spare's warm-up) and can be closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_request_seconds: float = 0.0) -> None:
         self.made: list[Any] = []
         self.lock = threading.Lock()
+        self.first_request_seconds = first_request_seconds
 
     def __call__(self, cluster: Cluster, **settings: Any) -> Any:
         made = self
@@ -31,6 +32,8 @@ class Consumers:
                 self.cluster, self.asked, self.closed = cluster.name, 0, False
 
             def offsets_for_times(self, tps: list[Any], timeout: float) -> list[Any]:
+                if not self.asked:
+                    time.sleep(made.first_request_seconds)
                 self.asked += 1
                 return tps
 
@@ -88,3 +91,17 @@ def test_spares_are_closed_when_no_longer_asked_for_and_with_the_feeds() -> None
     assert [c.closed for c in made.made if c.cluster == "tokyo"] == [True]
     feeds.close()
     assert all(c.closed for c in made.made)
+
+
+def test_a_spare_tells_how_far_its_source_is_as_a_new_consumer_would() -> None:
+    """The fan of a lane the registry names none for comes from how long its first consumer's first request took
+    (lanes.lookup_fan). A spare is connected already: its lookup took one round trip, under the long-line mark at
+    50 ms, and a lane across a 50 ms line got one consumer instead of four (bench/wan.py at ed12d2b: 73k/s, a lone
+    consumer's ceiling). The spare's own first request, timed when it was made, says it instead."""
+    made = Consumers(first_request_seconds=0.12)  # a new client's first request across a long line
+    feeds = SourceFeeds(made)
+    feeds.keep_spares([SF])
+    spare_of(feeds, made, 1)
+    for p in range(SOURCE_CONSUMERS):
+        assert feeds.ready(link(SF), "t", p) is True
+    assert len(feeds.consumers) == SOURCE_CONSUMERS
