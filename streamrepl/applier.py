@@ -30,8 +30,7 @@ class ReplicaConflict(StreamreplError):
 
 def replica_tail(c: Consumer, tp: TopicPartition) -> tuple[int, Message | None]:
     """A destination partition's real end, and its record just before it (None: nothing visible there)."""
-    end = kafka.true_end(c, tp)
-    return end, kafka.last_record(c, tp, end)
+    return kafka.tails(c, [tp])[(tp.topic, tp.partition)]
 
 
 def origin_of_tail(last: Message | None, own_uuid: str) -> str | None:

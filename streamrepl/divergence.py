@@ -138,9 +138,9 @@ def check(
     the source; this check assigns it (it must not be one that feeds a writer)."""
     if not reads_source(replica_end, replica, dst_uuid):
         return None
-    tp = TopicPartition(source_tp.topic, source_tp.partition)
-    source_end = kafka.true_end(consumer, tp, timeout)
-    last = kafka.last_record(consumer, tp, replica_end) if source_end >= replica_end else None
+    source_end, last = read_sources(consumer, {(source_tp.topic, source_tp.partition): replica_end}, timeout)[
+        (source_tp.topic, source_tp.partition)
+    ]
     source = tail_of(last, src_uuid) if last is not None else None
     return compare(replica, replica_end, source, source_end, src_uuid, dst_uuid, sole_feed)
 
