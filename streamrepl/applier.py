@@ -14,6 +14,7 @@ check fails, and the partition stops with a ReplicaConflict rather than going on
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -80,6 +81,10 @@ class OffsetPreservingWriter:
         self.skipped = 0
         #: called with the seconds from a batch's last source timestamp to its acknowledgement
         self.observe: Callable[[float], None] | None = None
+        #: called with the seconds each batch waited in the producer, from its hand-over to its acknowledgement
+        self.on_ack: Callable[[float], None] | None = None
+        #: (offset, when) of each batch handed to the producer whose delivery check has not come back, oldest first
+        self._handed: deque[tuple[int, float]] = deque()
 
     def _conflict(self, why: str) -> ReplicaConflict:
         return ReplicaConflict(f"{self.label}: {why}; replication of this partition stopped")
@@ -88,6 +93,9 @@ class OffsetPreservingWriter:
         observe = self.observe
 
         def check(err: KafkaError | None, msg: Message) -> None:
+            handed, since = self._handed, 0.0
+            while handed and handed[0][0] <= expected:
+                since = handed.popleft()[1]
             if err is not None:
                 self.errors.append(f"{self.label}: write failed: {err.str()}")
                 if not self.uncertain and (err.code() in kafka.UNCERTAIN_DELIVERY or err.fatal()):
@@ -112,6 +120,8 @@ class OffsetPreservingWriter:
                 self.acked = expected + 1
                 if observe is not None and ts > 0:
                     observe(time.time() - ts / 1000)
+                if since and self.on_ack is not None:
+                    self.on_ack(time.monotonic() - since)
 
         return check
 
@@ -132,6 +142,7 @@ class OffsetPreservingWriter:
         last = msgs[-1] if msgs else None
         queued = nbytes = 0
         nxt = self.next
+        checked = -1
         try:
             for m in msgs:
                 o: int = m.offset()  # type: ignore[assignment]
@@ -197,12 +208,16 @@ class OffsetPreservingWriter:
                 )
                 if value:
                     nbytes += len(value)
+                if m is last:
+                    checked = nxt
                 nxt += 1
                 queued += 1
         finally:
             self.next = nxt
             self.bytes += nbytes
             self.records += queued
+            if checked >= 0:
+                self._handed.append((checked, time.monotonic()))
         return queued
 
     def fill_to(self, end: int) -> int:
@@ -219,6 +234,8 @@ class OffsetPreservingWriter:
             )
             self.next += 1
             n += 1
+        if n:
+            self._handed.append((end - 1, time.monotonic()))
         return n
 
     def idle(self) -> bool:

@@ -112,6 +112,9 @@ class Gateway:
             quiet=self.quiet,
             gateway_id=self.id,
             cluster_name=cluster,
+            # A batch may wait a fifth of the message timeout before the partition is handed no more: the rest is
+            # left for the produce request itself, whose own timeout is what its first record has left.
+            queue_age=self.tuning.message_timeout_ms / 1000 / 5,
         )
         #: the replica partitions this gateway applies (units.py), their source feeds (feeds.py) and the writes
         self.table, self.feeds, self.session = self.mover.table, self.mover.feeds, self.mover.session

@@ -26,7 +26,7 @@ from .quiet import QuietFeeds
 from .state import UnitState
 from .stats import GatewayStats
 from .units import UnitTable
-from .writes import WriteSession, why_of
+from .writes import QUEUE_AGE, WriteSession, why_of
 
 log = logging.getLogger("streamrepl.gateway")
 
@@ -37,6 +37,8 @@ BATCH = 10000
 #: flushes and the BufferError wait, which this catches within the period). At 800 partitions and a pass every
 #: few ms, walking them on every pass was most of an idle gateway's CPU.
 SWEEP_SECONDS = 0.25
+#: How long each wait for room in the write window serves the destination's acknowledgements (seconds).
+QUEUE_WAIT_SLICE = 0.05
 
 
 class Mover:
@@ -71,6 +73,7 @@ class Mover:
         new_probe: Callable[..., Consumer] | None = None,
         gateway_id: str = "",
         cluster_name: str = "",
+        queue_age: float = QUEUE_AGE,
     ) -> Mover:
         """The pieces of one gateway's loop, on one replica `reader`: the source feeds (`new_source_consumer`, the
         quiet feeds), the guard (its probes by `new_probe`, by default as the feeds' consumers), the unit table
@@ -78,7 +81,7 @@ class Mover:
         feeds = SourceFeeds(new_source_consumer, quiet)
         guard = ReplicaGuard(reader, new_probe or new_source_consumer, stats)
         table = UnitTable(reader, feeds, guard, stats, on_fail) if on_fail else UnitTable(reader, feeds, guard, stats)
-        session = WriteSession(new_producer, reader, table, stats, gateway_id, cluster_name)
+        session = WriteSession(new_producer, reader, table, stats, gateway_id, cluster_name, queue_age)
         return cls(table, feeds, guard, session, stats, throttle_rate)
 
     def move_once(self) -> int:
@@ -191,14 +194,27 @@ class Mover:
             latency = self.stats.latency
             observe = self._observers[name] = lambda seconds: latency.observe(name, seconds)
         w.observe = observe
+        w.on_ack = self.session.acked_after
+        written = len(batch)
         while True:
+            room = self.session.room()
+            if room <= 0 and not w.errors:
+                # The destination is behind (the write window is full: WriteSession): let it acknowledge some.
+                self.stats.destination_waits += 1
+                self.session.poll(QUEUE_WAIT_SLICE)
+                if self.table.units.get(state.unit) is not state:
+                    return  # the writes were restarted meanwhile
+                continue
+            part = batch if room >= len(batch) or w.errors else batch[:room]
             try:
                 records, nbytes = w.records, w.bytes
-                w.write(batch, link.src_uuid)
+                w.write(part, link.src_uuid)
                 self.stats.applied(name, w.records - records, w.bytes - nbytes)
-                if batch and batch[-1].offset() == w.next - 1:
-                    state.tail = tail_of(batch[-1], link.src_uuid)
-                break
+                if part[-1].offset() == w.next - 1:
+                    state.tail = tail_of(part[-1], link.src_uuid)
+                if part is batch:
+                    break
+                batch = batch[len(part) :]
             except BufferError:
                 # The destination is behind: let it drain, then go on from where the writer stopped.
                 self.session.poll(0.2)
@@ -216,7 +232,7 @@ class Mover:
             tp = state.feeds[link.name][1]
             resume_at = cast(int, rest[0].offset()) if rest else None
             if self.feeds.pause(link.name, tp, resume_at):
-                state.throttled_until = time.monotonic() + len(batch) / self.throttle_rate
+                state.throttled_until = time.monotonic() + written / self.throttle_rate
                 self._unthrottle_at = min(self._unthrottle_at, state.throttled_until)
 
     def _end_unchanged(self, state: UnitState, origin: str) -> bool:

@@ -31,6 +31,13 @@ ANSWER_TIMEOUT = 1.0
 #: How long a partition that another writer wrote into waits for this gateway's records in flight, so that its
 #: error counts every one that landed at a wrong offset.
 CONFLICT_FLUSH_SECONDS = 5.0
+#: The bounds of the write window: how many records the producer may hold unacknowledged (see WriteSession.room).
+#: The top is the producer's own queue.buffering.max.messages.
+WINDOW_MIN = 1_000
+WINDOW_MAX = 200_000
+#: How long a batch may wait in the producer before the window shrinks (seconds; the gateway gives a fifth of its
+#: message timeout, the rest is left for the produce request itself).
+QUEUE_AGE = 1.0
 
 
 def why_of(e: Exception) -> str:
@@ -40,7 +47,16 @@ def why_of(e: Exception) -> str:
 
 class WriteSession:
     """`new_producer()` makes the producer (again after each restart); `reader` reads the replica partitions;
-    `table` holds the units whose writers use the producer; the gateway and its cluster name the logs."""
+    `table` holds the units whose writers use the producer; the gateway and its cluster name the logs; `queue_age`:
+    see QUEUE_AGE.
+
+    The write window: a destination slower than the source (a thin link, a busy disk) made the producer queue up to
+    64 MB, more than it took within the message timeout; records expired and the writes restarted, and a produce
+    request in flight when its records expired may still be appended by the broker after the restart (librdkafka
+    closes the connection; the broker appends what it had received), past the new writes (issue 28's noida-db
+    sweep, tests/e2e/test_slow_destination.py). So the records handed and not acknowledged are kept within a window:
+    it starts at WINDOW_MIN, doubles after a batch acknowledged within half of `queue_age` while the window was
+    full, and halves (at most once every `queue_age`) after a batch that waited longer than `queue_age`."""
 
     def __init__(
         self,
@@ -50,6 +66,7 @@ class WriteSession:
         stats: GatewayStats,
         gateway_id: str = "",
         cluster_name: str = "",
+        queue_age: float = QUEUE_AGE,
     ):
         self._new_producer = new_producer
         self.reader = reader
@@ -64,6 +81,29 @@ class WriteSession:
         self._answering_since: float | None = None
         #: why the producer lost its connection to the destination since the loop last looked ("": it did not)
         self._destination_lost = ""
+        self.queue_age = queue_age
+        #: how many records the producer may hold unacknowledged (the write window, see above)
+        self.window = WINDOW_MIN
+        self._window_full = False
+        self._next_shrink = 0.0
+
+    def room(self) -> int:
+        """How many more records may be handed to the producer now (0 or less: wait for acknowledgements)."""
+        left = self.window - len(self.producer)
+        if left <= 0:
+            self._window_full = True
+        return left
+
+    def acked_after(self, seconds: float) -> None:
+        """A batch was acknowledged `seconds` after it was handed to the producer: the window follows."""
+        if seconds > self.queue_age:
+            now = time.monotonic()
+            if now >= self._next_shrink:
+                self.window = max(WINDOW_MIN, self.window // 2)
+                self._next_shrink = now + self.queue_age
+        elif seconds < self.queue_age / 2 and self._window_full:
+            self.window = min(WINDOW_MAX, self.window * 2)
+            self._window_full = False
 
     @property
     def destination_was_lost(self) -> bool:
@@ -154,6 +194,7 @@ class WriteSession:
         except (KafkaException, RuntimeError, SystemError):  # a producer in a fatal state raises here too
             pass
         self.producer = self._new_producer()
+        self.window = WINDOW_MIN  # what it held was more than the destination took in time
         self.restart_pending = True
         self._answering_since = None
         self._destination_lost = ""  # the old producer's news

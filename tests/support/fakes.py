@@ -12,7 +12,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 
 class RecordingProducer:
-    """Keeps what it is asked to produce (in `sent`), as keyword dicts; never delivers."""
+    """Keeps what it is asked to produce (in `sent`), as keyword dicts; never delivers, and holds nothing back (its
+    len() is 0, as a producer's whose records were all acknowledged)."""
 
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
@@ -33,6 +34,9 @@ class RecordingProducer:
         if on_delivery or callback:
             kw["on_delivery"] = on_delivery or callback
         self.sent.append({k: v for k, v in kw.items() if v is not None})
+
+    def __len__(self) -> int:
+        return 0
 
     def poll(self, timeout: float = 0) -> int:
         return 0

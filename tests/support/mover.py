@@ -31,6 +31,8 @@ class FakeProducer:
     def __init__(self) -> None:
         self.log: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self._deliveries: list[tuple[Callable[..., None], Message]] = []
+        #: records produced and not acknowledged yet (what len() of a producer counts)
+        self._unacked = 0
 
     def produce(
         self,
@@ -46,11 +48,15 @@ class FakeProducer:
         # confluent-kafka's positional order: the writer passes its arguments positionally (a cost per record)
         records = self.log.setdefault((topic, partition), [])
         records.append({"key": key, "headers": headers})
+        self._unacked += 1
         if on_delivery or callback:
             self._deliveries.append((on_delivery or callback, msg(topic, partition, len(records) - 1, key)))
 
+    def __len__(self) -> int:
+        return self._unacked
+
     def poll(self, timeout: float = 0) -> int:
-        done, self._deliveries = self._deliveries, []
+        done, self._deliveries, self._unacked = self._deliveries, [], 0
         for cb, msg in done:
             cb(None, msg)
         return len(done)
@@ -61,6 +67,7 @@ class FakeProducer:
 
     def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
         self._deliveries.clear()
+        self._unacked = 0
 
 
 class FakeConsumer:

@@ -419,3 +419,56 @@ def test_a_partition_is_reported_caught_up_only_where_the_sources_watermark_is_e
     assert rig.mover.feeds.caught_up(state) is exact
     monkeypatch.setattr(rig.source, "get_watermark_offsets", lambda tp, timeout=0, cached=False: (0, 3))
     assert rig.mover.feeds.caught_up(state) is False, "a record the writer has not applied yet"
+
+
+def test_no_more_records_than_the_write_window_wait_in_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A destination slower than the source (tests/e2e/test_slow_destination.py): the gateway queued up to 64 MB in
+    its producer and what waited there past the message timeout expired, restarting the writes. A batch that does
+    not fit in the write window waits for acknowledgements (served meanwhile); the part that fits goes first."""
+    rig = Rig(link())
+    rig.session.window = 2
+    state = rig.table.units[rig.unit]
+    polls: list[float] = []
+    deliver = rig.producer.poll
+
+    def slow_poll(timeout: float = 0) -> int:  # the destination answers the third time it is asked
+        polls.append(timeout)
+        return deliver() if len(polls) >= 3 else 0
+
+    acked_when_handed: list[int] = []
+    produce = rig.producer.produce
+
+    def watched_produce(*args: Any, **kwargs: Any) -> None:
+        acked_when_handed.append(state.writer.acked)
+        produce(*args, **kwargs)
+
+    monkeypatch.setattr(rig.producer, "poll", slow_poll)
+    monkeypatch.setattr(rig.producer, "produce", watched_produce)
+    rig.feed(SRC, [0, 1, 2, 3])
+    rig.mover.move_once()
+    assert acked_when_handed == [0, 0, 2, 2], "records beyond the window were handed before room was made"
+    assert [r["key"] for r in rig.replica()] == [b"k0", b"k1", b"k2", b"k3"]
+    assert rig.stats.destination_waits == 3, "a wait for each slice served"
+
+
+def test_the_write_window_follows_how_long_batches_wait() -> None:
+    """It starts small, doubles on a batch acknowledged quickly while it was full, halves at most once every queue
+    age on a batch that waited longer than that, and starts small again after a restart of the writes."""
+    from streamrepl.replication import writes
+
+    rig = Rig(link())
+    s = rig.session
+    assert s.window == writes.WINDOW_MIN
+    s.acked_after(0.01)
+    assert s.window == writes.WINDOW_MIN, "not full: it did not hold anything back"
+    for _ in range(s.window):
+        rig.producer.produce("x", partition=0)
+    assert s.room() == 0
+    s.acked_after(0.01)
+    assert s.window == 2 * writes.WINDOW_MIN
+    s.acked_after(s.queue_age + 0.1)
+    s.acked_after(s.queue_age + 0.1)
+    assert s.window == writes.WINDOW_MIN, "halved once"
+    s.window = 64_000
+    s.restart("test")
+    assert s.window == writes.WINDOW_MIN
