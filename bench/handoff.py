@@ -61,10 +61,12 @@ def start_gateway(logdir: Path, name: str) -> subprocess.Popen:
     )
 
 
-def owners(dst: str) -> dict[str, list[str]]:
-    """gateway id -> the replica partitions of `dst` it reports writing (cluster gateway list)."""
+def owners(dst: str) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """gateway id -> the replica partitions of `dst` it reports writing (cluster gateway list), and gateway id -> how
+    old its last report was when read (s, as of this call's return)."""
     rows = json.loads(cli("cluster", "gateway", "list", "-dstcluster", DST, "-json").stdout)["data"]
-    return {r["gateway"]: [u for u in str(r.get("replicates", "")).split() if u.startswith(dst + ":")] for r in rows}
+    held = {r["gateway"]: [u for u in str(r.get("replicates", "")).split() if u.startswith(dst + ":")] for r in rows}
+    return held, {r["gateway"]: float(r.get("lastseen", 0)) for r in rows}
 
 
 class OwnerWatch:
@@ -98,16 +100,18 @@ class OwnerWatch:
         return next(g for g, units in split.items() if self.unit in units)
 
 
-def wait_for_owner(dst: str, unit: str, among: set[str], timeout: float = 90) -> tuple[str, dict[str, list[str]]]:
-    """The owner of `unit` (OwnerWatch) and the split the reports named."""
+def wait_for_owner(dst: str, unit: str, among: set[str], timeout: float = 90) -> tuple[str, dict, float]:
+    """The owner of `unit` (OwnerWatch), the split the reports named, and when (time.perf_counter()) the owner's last
+    report was written, about (a report's age is given in tenths of a second)."""
     units = {f"{dst}:t[{i}]" for i in range(PARTITIONS)}
     watch = OwnerWatch(unit, among, units, span=REPORT_SECONDS + 1.0)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        now = owners(dst)
-        found = watch.see(time.monotonic(), now)
+        held, ages = owners(dst)
+        read = time.perf_counter()
+        found = watch.see(time.monotonic(), held)
         if found is not None:
-            return found, {g: sorted(u) for g, u in now.items() if g in among}
+            return found, {g: sorted(u) for g, u in held.items() if g in among}, read - ages[found]
         time.sleep(0.5)
     raise RuntimeError(f"no settled owner of {unit} among {sorted(among)} in {timeout:.0f} s")
 
@@ -158,7 +162,7 @@ def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals,
     moved = stall = back = None
     try:
         # Killed as soon as the reports have named the same owner for a report period (at least 6 s of replication).
-        victim_name, split = wait_for_owner(dst, f"{dst}:t[0]", set(names))
+        victim_name, split, last_report = wait_for_owner(dst, f"{dst}:t[0]", set(names))
         victim = gws.pop(victim_name)
         victim.send_signal(sig)
         signalled, signalled_at = time.perf_counter(), time.time()  # the wall clock: to read the gateways' logs by
@@ -218,6 +222,8 @@ def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals,
         "signal": sig.name,
         "victim": victim_name,
         "owners_at_signal": split,
+        # where a dead gateway's seat is adopted (noida-db) it is when its reports have been silent long enough
+        "victim_reported_s_before_signal": round(signalled - last_report, 1),
         "signalled_at": datetime.fromtimestamp(signalled_at).strftime("%H:%M:%S.%f")[:-3],
         "seconds_to_next_record": round(moved, 2) if moved is not None else None,
         "seconds_to_stall_reported": round(stall, 2) if stall is not None else None,
