@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Producer, TopicPartition
@@ -34,6 +35,7 @@ from run import PARTITIONS, compare_copies, join_wait  # bench/ is on the path: 
 
 from streamrepl import kafka, settings
 from streamrepl.local import EphemeralClusters
+from streamrepl.replication.reports import REPORT_SECONDS
 
 PY = sys.executable
 SRC, DST = "sanfrancisco", "newyork"
@@ -59,19 +61,57 @@ def start_gateway(logdir: Path, name: str) -> subprocess.Popen:
     )
 
 
-def owners(dst: str) -> dict[str, list[str]]:
-    """gateway id -> the replica partitions of `dst` it reports writing (cluster gateway list)."""
+def owners(dst: str) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """gateway id -> the replica partitions of `dst` it reports writing (cluster gateway list), and gateway id -> how
+    old its last report was when read (s, as of this call's return)."""
     rows = json.loads(cli("cluster", "gateway", "list", "-dstcluster", DST, "-json").stdout)["data"]
-    return {r["gateway"]: [u for u in str(r.get("replicates", "")).split() if u.startswith(dst + ":")] for r in rows}
+    held = {r["gateway"]: [u for u in str(r.get("replicates", "")).split() if u.startswith(dst + ":")] for r in rows}
+    return held, {r["gateway"]: float(r.get("lastseen", 0)) for r in rows}
 
 
-def wait_for_owner(dst: str, unit: str, among: set[str], timeout: float = 90) -> str:
+class OwnerWatch:
+    """The owner of `unit` among the gateways `among`, once their reports have named the same settled split (each of
+    them holding partitions, every one of `units` held by exactly one) for longer than `span` seconds.
+
+    A gateway reports what it holds every REPORT_SECONDS, and at once when its counts change, so a report can lag a
+    rebalance by up to a report period: a gateway killed on the strength of one may no longer own the partition (a
+    noida-db run at 0 ms measured a "takeover" of 0.23 s so: the survivor had written it since before the kill). A
+    split unchanged for longer than a period has been reported by each gateway since it held it."""
+
+    def __init__(self, unit: str, among: set[str], units: set[str], span: float):
+        self.unit, self.among, self.units, self.span = unit, among, units, span
+        self._split: dict[str, frozenset[str]] | None = None
+        self._since = 0.0
+
+    def see(self, now: float, owners: dict[str, list[str]]) -> str | None:
+        split = {g: frozenset(u) for g, u in owners.items() if g in self.among}
+        held = [u for units in split.values() for u in units]
+        settled = (
+            set(split) == self.among and all(split.values()) and len(held) == len(set(held)) and set(held) == self.units
+        )
+        if not settled:
+            self._split = None
+            return None
+        if split != self._split:
+            self._split, self._since = split, now
+            return None
+        if now - self._since <= self.span:
+            return None
+        return next(g for g, units in split.items() if self.unit in units)
+
+
+def wait_for_owner(dst: str, unit: str, among: set[str], timeout: float = 90) -> tuple[str, dict, float]:
+    """The owner of `unit` (OwnerWatch), the split the reports named, and when (time.perf_counter()) the owner's last
+    report was written, about (a report's age is given in tenths of a second)."""
+    units = {f"{dst}:t[{i}]" for i in range(PARTITIONS)}
+    watch = OwnerWatch(unit, among, units, span=REPORT_SECONDS + 1.0)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = [g for g, units in owners(dst).items() if g in among and unit in units]
-        spread = [g for g, units in owners(dst).items() if g in among and units]
-        if found and len(spread) == len(among):  # both gateways hold partitions: the group has settled
-            return found[0]
+        held, ages = owners(dst)
+        read = time.perf_counter()
+        found = watch.see(time.monotonic(), held)
+        if found is not None:
+            return found, {g: sorted(u) for g, u in held.items() if g in among}, read - ages[found]
         time.sleep(0.5)
     raise RuntimeError(f"no settled owner of {unit} among {sorted(among)} in {timeout:.0f} s")
 
@@ -121,11 +161,11 @@ def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals,
     session_s = settings.gateway().session_ms / 1000
     moved = stall = back = None
     try:
-        victim_name = wait_for_owner(dst, f"{dst}:t[0]", set(names))
-        time.sleep(3)
+        # Killed as soon as the reports have named the same owner for a report period (at least 6 s of replication).
+        victim_name, split, last_report = wait_for_owner(dst, f"{dst}:t[0]", set(names))
         victim = gws.pop(victim_name)
         victim.send_signal(sig)
-        signalled = time.perf_counter()
+        signalled, signalled_at = time.perf_counter(), time.time()  # the wall clock: to read the gateways' logs by
         if sig == signal.SIGKILL:
             victim.wait()
             time.sleep(0.2)  # what the victim had on the wire has landed by now
@@ -180,6 +220,11 @@ def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals,
             gw.kill()
     return {
         "signal": sig.name,
+        "victim": victim_name,
+        "owners_at_signal": split,
+        # where a dead gateway's seat is adopted (noida-db) it is when its reports have been silent long enough
+        "victim_reported_s_before_signal": round(signalled - last_report, 1),
+        "signalled_at": datetime.fromtimestamp(signalled_at).strftime("%H:%M:%S.%f")[:-3],
         "seconds_to_next_record": round(moved, 2) if moved is not None else None,
         "seconds_to_stall_reported": round(stall, 2) if stall is not None else None,
         "seconds_from_restart_to_next_record": round(back, 2) if back is not None else None,

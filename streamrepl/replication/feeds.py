@@ -200,15 +200,15 @@ class SourceFeeds:
         strand, consumer = self._consumer(link, topic, partition)
         return self._topic_ids.ready(strand, consumer, topic)
 
-    def ask_ahead(self, link: Link, sources: set[tuple[str, int]]) -> None:
-        """Before ready() for each of several source partitions (topic, partition) of the link: each consumer that
-        will read them asks for its topics at once (topicids.TopicIds.ask_ahead)."""
+    def ask_ahead(self, sources: list[tuple[Link, set[tuple[str, int]]]]) -> None:
+        """Before ready() for each of several source partitions (each link's (topic, partition)s): the consumers that
+        will read them ask for their topics, all at once, every link's together (topicids.TopicIds.ask_ahead_of)."""
         topics: dict[str, tuple[Consumer, set[str]]] = {}
-        for topic, partition in sorted(sources):
-            strand, consumer = self._consumer(link, topic, partition)
-            topics.setdefault(strand, (consumer, set()))[1].add(topic)
-        for strand, (consumer, kts) in topics.items():
-            self._topic_ids.ask_ahead(strand, consumer, kts)
+        for link, parts in sources:
+            for topic, partition in sorted(parts):
+                strand, consumer = self._consumer(link, topic, partition)
+                topics.setdefault(strand, (consumer, set()))[1].add(topic)
+        self._topic_ids.ask_ahead_of(topics)
 
     def _consumer(self, link: Link, topic: str, partition: int) -> tuple[str, Consumer]:
         strand = self._lanes.strand(link, partition, lambda lane: self._fan(link, lane, topic))

@@ -132,8 +132,7 @@ class UnitTable:
             for st in opened:
                 for link, src_kt in st.unverified.values():
                     sources.setdefault(link.name, (link, set()))[1].add((src_kt, st.unit.partition))
-            for link, kts in sources.values():
-                self.feeds.ask_ahead(link, kts)
+            self.feeds.ask_ahead(list(sources.values()))
             self.guard.check_ahead(
                 [
                     (st, link, TopicPartition(src_kt, st.unit.partition))

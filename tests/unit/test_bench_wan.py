@@ -71,3 +71,34 @@ def test_lag_summary_ranks_what_arrived_and_counts_what_did_not(wan_ops: ModuleT
     s = wan_ops.lag_summary(lags)
     assert s == {"commits": 101, "missing": 1, "p50_ms": 51.0, "p99_ms": 100.0, "max_ms": 100.0, "mean_ms": 50.5}
     assert wan_ops.lag_summary([None, None]) == {"commits": 2, "missing": 2}
+
+
+def test_takeover_victim_is_named_by_reports_unchanged_for_a_report_period(wan_ops: ModuleType) -> None:
+    """bench/handoff.py kills the owner of t[0] as the gateways' reports name it. Reports lag what the gateways hold
+    by up to a report period: a noida-db run at 0 ms (d350adc) killed b, which the reports still named for t[0]
+    while a rebalance had already given t[0] to a, and measured a 'takeover' of 0.23 s (a had written t[0] all
+    along). The owner is named only once the same settled split has been reported for longer than a report
+    period."""
+    handoff = wan_ops.handoff
+    units = [f"/d/x:t[{i}]" for i in range(4)]
+    before = {"a": [units[1]], "b": [units[0], units[2], units[3]]}  # the stale split of that run
+    after = {"a": [units[0], units[2]], "b": [units[1], units[3]]}  # what they held when b was killed
+    watch = handoff.OwnerWatch(units[0], {"a", "b"}, set(units), span=6.0)
+    assert watch.see(0.0, before) is None
+    assert watch.see(3.0, before) is None  # settled-looking, but not for a report period yet
+    assert watch.see(3.5, after) is None  # it changed: the period starts again
+    assert watch.see(9.0, after) is None
+    assert watch.see(9.6, after) == "a"
+    # Not settled: a partition named by two gateways, one missing, or a gateway holding none.
+    for owners in (
+        {"a": [units[0], units[1]], "b": [units[0], units[2], units[3]]},
+        {"a": [units[0]], "b": [units[2], units[3]]},
+        {"a": units, "b": []},
+    ):
+        w = handoff.OwnerWatch(units[0], {"a", "b"}, set(units), span=6.0)
+        assert w.see(0.0, owners) is None
+        assert w.see(100.0, owners) is None
+    # A gateway outside the pair (a dead one's stale report) is not counted.
+    w = handoff.OwnerWatch(units[0], {"a", "b"}, set(units), span=6.0)
+    assert w.see(0.0, {**after, "old": [units[0]]}) is None
+    assert w.see(7.0, {**after, "old": [units[0]]}) == "a"

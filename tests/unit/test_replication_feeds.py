@@ -246,3 +246,37 @@ def test_a_strand_shares_out_the_prefetch_and_asks_for_larger_partition_fetches(
     own = Cluster("sf", {"bootstrap.servers": "h:1", "max.partition.fetch.bytes": "1048576"})
     feeds_module.source_consumer(own)
     assert "max.partition.fetch.bytes" not in made[-1], "the registry's setting is the client's"
+
+
+def test_partitions_taken_up_again_ask_for_their_topic_on_every_strand_at_once() -> None:
+    """Partitions let go and taken up again (slots revoked and assigned back: a rebalance, the seat an adopter
+    leaves) are read by strands that let their topic go and ask for it again before they read it (topicids.py).
+    A strand asks for one topic, and one topic was not asked ahead (TopicIds.ask_ahead), so each strand asked in
+    series, and each link's after the other's: across a 50 ms line a noida-db takeover took up its 4 partitions
+    50-75 ms apart. Each fake waits at a barrier for the other strands of both links: asked one after another,
+    the barrier breaks and the partitions do not start."""
+    x = _link(fan=4)
+    y = Link(x.src, x.src_cluster, "SRC", StreamPath("ny", "/y"), "DY", False, "lz4", 0)
+    rig = SpreadRig(x)
+    y_units = [Unit(y.dst, "t", p) for p in range(PARTITIONS)]
+    plan = Plan(
+        [x, y], {**{u: [(x, rig.src_kt)] for u in rig.units}, **{u: [(y, rig.src_kt)] for u in y_units}}, {}, []
+    )
+    dst = {rig.dst_kt, kafka_topic_name(y.dst, "t")}
+    rig.mover.table.follow(plan, dst, plan.units, True, rig.producer)  # type: ignore[arg-type]
+    assert len(rig.made) == 8 and len(rig.mover.table.units) == 2 * PARTITIONS
+    rig.mover.table.follow(plan, dst, {}, True, rig.producer)  # type: ignore[arg-type]
+    assert not rig.mover.table.units
+    barrier = threading.Barrier(8, timeout=1)
+    asked: list[int] = []
+    for i, c in enumerate(rig.made):
+
+        def slow(topic: str | None = None, timeout: float = 0, c: ClosingConsumer = c, i: int = i) -> Any:
+            barrier.wait()
+            asked.append(i)
+            return FakeConsumer.list_topics(c, topic, timeout)
+
+        c.list_topics = slow  # type: ignore[method-assign]
+    rig.mover.table.follow(plan, dst, plan.units, True, rig.producer)  # type: ignore[arg-type]
+    assert sorted(asked) == list(range(8)), "each strand asked once, all at the same time"
+    assert set(rig.mover.table.units) == set(plan.units)
