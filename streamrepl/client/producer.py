@@ -92,8 +92,8 @@ class _SyncReplica:
     def end(self, topic: str, p: int, needed: int) -> int:
         """What the replica partition holds: at least its end as far as needed to say whether `needed` is there.
 
-        The reported high watermark settles it when it is past `needed` (always so on Apache
-        Kafka once the record is there). Brokers that under-report it (Tansu) are read instead:
+        The reported high watermark, asked alone (one request, a round trip; kafka.high_mark), settles
+        it when it is past `needed` (always so on Apache Kafka once the record is there). Brokers that under-report it (Tansu) are read instead:
         a reader stays assigned to the partition from there on and follows its end, which costs
         a few milliseconds rather than an assign-fetch-unassign round per question.
         """
@@ -104,7 +104,7 @@ class _SyncReplica:
         known = self.ends.get(key, 0)
         kt = kafka_topic_name(self.stream, topic)
         try:
-            _, high = kafka.watermarks(self.reader, TopicPartition(kt, p), timeout=2.0)
+            high = kafka.high_mark(self.reader, TopicPartition(kt, p), timeout=2.0)
         except KafkaException as e:
             if kafka.is_unknown_topic(e):
                 self._ask_about(kt)
