@@ -129,6 +129,11 @@ def produce(logdir: Path, b: wan.Behind, rtt: float, n: int, side: str) -> dict:
     front (the gateway still reaches the destination directly)."""
     from streamrepl import registry
 
+    # A directory of its own at each round trip: produce_latency's gateway has the same name every time, and
+    # slots_settled, reading the log of the round before, let the sends start before this round's gateway had
+    # started (it probes the fresh destination first, ~6 s).
+    logdir = logdir / f"produce-rtt{rtt:g}"
+    logdir.mkdir(parents=True, exist_ok=True)
     if side == "gateway":
         b.line.set(rtt)
         try:

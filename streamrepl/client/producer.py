@@ -71,6 +71,10 @@ class Delivery:
     synchronous: bool = False
 
 
+#: Seconds between two metadata requests for a replica topic the reader takes for absent (_SyncReplica._ask_about).
+ASK_AGAIN = 0.1
+
+
 @dataclass
 class _SyncReplica:
     path: str
@@ -82,12 +86,14 @@ class _SyncReplica:
     reader: Any = None
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
     tailing: set[tuple[str, int]] = field(default_factory=set)
+    #: replica topic -> when the broker was last asked about it after the reader took it for absent (_ask_about)
+    asked: dict[str, float] = field(default_factory=dict)
 
     def end(self, topic: str, p: int, needed: int) -> int:
         """What the replica partition holds: at least its end as far as needed to say whether `needed` is there.
 
-        The reported high watermark settles it when it is past `needed` (always so on Apache
-        Kafka once the record is there). Brokers that under-report it (Tansu) are read instead:
+        The reported high watermark, asked alone (one request, a round trip; kafka.high_mark), settles
+        it when it is past `needed` (always so on Apache Kafka once the record is there). Brokers that under-report it (Tansu) are read instead:
         a reader stays assigned to the partition from there on and follows its end, which costs
         a few milliseconds rather than an assign-fetch-unassign round per question.
         """
@@ -98,8 +104,10 @@ class _SyncReplica:
         known = self.ends.get(key, 0)
         kt = kafka_topic_name(self.stream, topic)
         try:
-            _, high = kafka.watermarks(self.reader, TopicPartition(kt, p), timeout=2.0)
-        except KafkaException:
+            high = kafka.high_mark(self.reader, TopicPartition(kt, p), timeout=2.0)
+        except KafkaException as e:
+            if kafka.is_unknown_topic(e):
+                self._ask_about(kt)
             return known  # not created yet, or not answering: no progress
         known = max(known, int(high))
         if known <= needed:
@@ -117,11 +125,31 @@ class _SyncReplica:
         self.ends[key] = known
         return known
 
+    def _ask_about(self, kt: str) -> None:
+        """Ask the broker about replica topic `kt`, which the reader took for absent.
+
+        librdkafka keeps a topic it was told is absent in its metadata cache, and answers later questions from
+        there; such an entry is meant to last 100 ms, but one that sits behind longer-lived entries (Tansu answers
+        the broker-only metadata request of a reader's first connection with all its topics) is not evicted before
+        them, for up to metadata.max.age.ms (15 min). A replica topic made after the first question (the gateway
+        starting after the producer, a topic the source's autocreate made) was never seen, and every record fell
+        back. A metadata request for the topic itself replaces the entry. At most every ASK_AGAIN seconds a topic:
+        the waiting loop asks for the end every few milliseconds."""
+        now = time.monotonic()
+        if now - self.asked.get(kt, float("-inf")) < ASK_AGAIN:
+            return
+        self.asked[kt] = now
+        try:
+            kafka.partitions_of(self.reader, kt, timeout=2.0)
+        except KafkaException:
+            pass  # not answering: the next question finds out
+
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
             self.reader = None
             self.tailing.clear()
+            self.asked.clear()
 
 
 @dataclass

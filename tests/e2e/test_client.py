@@ -238,3 +238,57 @@ def test_synchronous_replica_acknowledges_only_replicated_records_and_falls_back
         gw.stop()
         t.join(30)
         reader.close()
+
+
+def test_synchronous_replica_whose_topic_is_made_after_the_producer_asked_comes_back(reg: registry.Registry) -> None:
+    # The producer asks for the replica's end before any gateway made the replica's topic. librdkafka then keeps the
+    # topic as absent in its reader's metadata cache; behind longer-lived entries (Tansu answers a broker-only
+    # metadata request with all its topics) that entry stayed for minutes, so the replica, made and filled by the
+    # gateway, was never seen and every record fell back (bench/wan_ops.py's produce at 100 ms, docs/bench-wan.md).
+    from streamrepl import replicas
+    from streamrepl.replication.gateway import Gateway
+
+    name = f"late{uuid.uuid4().hex[:6]}"
+    sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    stream_ops.create(reg, sf, {"defaultpartitions": 1})
+    stream_ops.create(reg, ny, {"defaultpartitions": 1})
+    topics.create(reg, sf, "orders")  # not on the replica: the gateway makes it
+    replicas.add(reg, sf, ny, synchronous=True)
+    replicas.upstream_add(reg, ny, sf)
+    dst = streams.resolve(reg, ny)
+
+    def replica_end() -> int:
+        # A reader of its own each time: one kept would hold the topic for absent too (what this test is about).
+        reader = kafka.consumer(dst.cluster)
+        try:
+            return kafka.true_end(reader, TopicPartition(kafka_topic_name(dst.path, "orders"), 0), timeout=2)
+        except Exception:  # noqa: BLE001 - not created yet
+            return 0
+        finally:
+            reader.close()
+
+    p = StreamProducer(f"{sf}:orders", reg, sync_timeout=3.0, sync_stall=1.0, sync_recheck=0.2)
+    gw: Gateway | None = None
+    t: threading.Thread | None = None
+    try:
+        d = p.send(value=b"before-any-gateway")
+        assert not d.synchronous and p.stats["fallbacks"] == 1
+        gw = Gateway(reg, "newyork", f"test-{uuid.uuid4().hex[:4]}")
+        t = threading.Thread(target=gw.run, kwargs={"max_seconds": 120}, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 60
+        while replica_end() <= d.offset and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert replica_end() > d.offset, "the gateway did not replicate the record"
+        deadline = time.monotonic() + 30  # the producer checks again every 0.2 s
+        while p.replicas[str(dst.path)].mode != "sync" and time.monotonic() < deadline:
+            p.poll(0.2)
+            time.sleep(0.2)
+        assert p.stats["recoveries"] == 1, p.stats
+        d = p.send(value=b"back")
+        assert d.synchronous and replica_end() > d.offset
+    finally:
+        p.close()
+        if gw is not None and t is not None:
+            gw.stop()
+            t.join(30)
