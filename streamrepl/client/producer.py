@@ -93,9 +93,10 @@ class _SyncReplica:
         """What the replica partition holds: at least its end as far as needed to say whether `needed` is there.
 
         The reported high watermark, asked alone (one request, a round trip; kafka.high_mark), settles
-        it when it is past `needed` (always so on Apache Kafka once the record is there). Brokers that under-report it (Tansu) are read instead:
-        a reader stays assigned to the partition from there on and follows its end, which costs
-        a few milliseconds rather than an assign-fetch-unassign round per question.
+        it when it is past `needed` (always so on Apache Kafka once the record is there). Brokers that
+        under-report it (Tansu) are read instead: a reader stays assigned to the partition from there on
+        and follows its end, which costs a few milliseconds rather than an assign-fetch-unassign round per
+        question.
         """
         if self.reader is None:
             extra: dict[str, Any] = {"fetch.wait.max.ms": 5, "enable.partition.eof": True}

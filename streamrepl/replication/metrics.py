@@ -25,8 +25,8 @@ Metrics (labels: `link` = `<source stream>-><replica stream>`):
 - streamrepl_gateway_write_restarts_total: times the gateway's writes expired or its producer was
   fenced, and every partition started again from its real end (a frozen destination, or this gateway
   frozen past its session)
-- streamrepl_gateway_destination_waits_total: times the gateway waited for the destination's acknowledgements
-  before handing a partition more records (a destination slower than the source; mover.QUEUE_AGE)
+- streamrepl_gateway_destination_waits_total: 50 ms waits for the destination's acknowledgements before handing it
+  more records, the write window full (a destination slower than the source; writes.WriteSession)
 - streamrepl_cluster_stalled_partitions{cluster}: replica partitions of the gateway's destination cluster that no
   live gateway holds (stalls.py), the same figure from each gateway of the cluster that serves metrics
 - streamrepl_link_synchronous{link}, streamrepl_link_throttled{link}: the link's mode (1 or 0)

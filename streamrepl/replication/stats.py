@@ -64,7 +64,7 @@ class GatewayStats:
     #: partitions stopped because their source's history changed under the replica (divergence.py)
     divergences: int = 0
     write_restarts: int = 0
-    #: times the loop waited for the destination before handing a partition more records (mover.QUEUE_AGE)
+    #: waits of mover.QUEUE_WAIT_SLICE for the destination's acknowledgements, the write window full (writes.py)
     destination_waits: int = 0
     #: how many times the supervisor started this gateway again before this process (`gateway start`: workers.py)
     restarts: int = 0
