@@ -17,7 +17,7 @@
  * usage: relay SRC_BOOTSTRAP DST_BOOTSTRAP SRC_TOPIC DST_TOPIC PARTITIONS RECORDS ORIGIN [c.NAME=VALUE|p.NAME=VALUE]...
  * (the optional c./p. properties override the consumer's and the producer's settings: for trying the yardstick's
  * own tuning). With RELAY_STATS=PREFIX in the environment both clients write librdkafka's statistics every 500 ms
- * (and a last time after the flush) to PREFIX-consumer.jsonl / PREFIX-producer.jsonl (bench/request_mix.py).
+ * (and a last time after the flush) to PREFIX-consumer.jsonl / PREFIX-producer.jsonl (bench/probes/request_mix.py).
  */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>

@@ -1182,7 +1182,7 @@ def report(res: dict) -> None:
             used = f"{r['relay_cpu_us']}+{r['brokers_cpu_us']}" if "relay_cpu_us" in r else ""
             rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", used, note))
         w = [max(len(x[i]) for x in [*rows, head]) for i in range(6)]
-        rounds = f" rounds={res['rounds']} (medians)" if res.get("rounds", 1) > 1 else ""
+        rounds = f" rounds={row.get('rounds', res['rounds'])} (medians)" if row.get("rounds", res["rounds"]) > 1 else ""
         out.append(
             f"records={res['records']:,} value={row['value_bytes']}B ({row.get('values')}, lz4 ratio"
             f" {row.get('lz4_ratio')}) partitions={res['partitions']}{rounds}"

@@ -44,11 +44,19 @@ def doc(res: Results, name: str) -> dict:
     return res[name]
 
 
+REPEATED = "one repeated byte"  # bench/run.py's rows of the older benchmarks' values: shown, never judged
+SUSTAINED = 1_000_000  # records a throughput run needs before its rate is more than its start-up (issue 33)
+
+
 def size_row(d: dict, size: int) -> dict:
-    for row in d.get("throughput", []):
-        if row["value_bytes"] == size:
+    """The throughput row of `size`-byte values as users send them (bench/data.py), from a sustained run."""
+    if d.get("records", 0) < SUSTAINED:
+        raise NoFigure(f"a run of {d.get('records', 0):,} records measures the relays' start-up; {SUSTAINED:,} needed")
+    rows = [r for r in d.get("throughput", []) if r["value_bytes"] == size]
+    for row in rows:
+        if row.get("values") != REPEATED:
             return row
-    raise NoFigure(f"no {size} B throughput run")
+    raise NoFigure(f"only values of one repeated byte at {size} B" if rows else f"no {size} B throughput run")
 
 
 def rate(r: dict) -> float:

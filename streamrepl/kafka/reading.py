@@ -78,7 +78,7 @@ def high_mark(c: Consumer, tp: TopicPartition, timeout: float = REQUEST_TIMEOUT)
     """The high watermark alone (it can under-count: see true_ends), in one ListOffsets request. `watermarks` sends
     two (low, high): across a plain delay line they go together, one round trip, but a proxy that forwards one
     request of a connection at a time (Tansu's) makes them two round trips, and costs 44 ms more even at 0 ms
-    (measured, docs/bench-wan.md)."""
+    (measured, docs/notes/bench-wan.md)."""
     answer = c.offsets_for_times([TopicPartition(tp.topic, tp.partition, LATEST)], timeout)[0]
     if answer.error is not None:
         raise KafkaException(answer.error)
