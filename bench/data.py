@@ -42,17 +42,18 @@ SEQ = b"@@@@@@@@@@"  # where each record's sequence number goes (10 digits)
 
 class Records:
     """Record i of a run of `size`-byte values, from `seed`: key(i), value(i) (exactly `size` bytes, at least 80),
-    headers(i), timestamp(i) (ms)."""
+    headers(i), timestamp(i) (ms). `pool`: how many values are made (the benchmarks' 4,096 take a few seconds)."""
 
-    def __init__(self, size: int, seed: int = SEED, now_ms: int | None = None):
+    def __init__(self, size: int, seed: int = SEED, now_ms: int | None = None, pool: int = POOL):
         if size < 80:
             raise ValueError(f"values of {size} B are too small for an order record (80 B at least)")
         self.size, self.seed = size, seed
         self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         rng = random.Random(seed * 1_000_003 + size)
-        self._pool = [self._make(rng, size) for _ in range(POOL)]
-        self._customers = [b"cust-%05d-" % rng.randrange(CUSTOMERS) for _ in range(POOL)]
-        self._traces = [f"{rng.getrandbits(128):032x}".encode() for _ in range(POOL)]
+        self.pool = pool
+        self._pool = [self._make(rng, size) for _ in range(pool)]
+        self._customers = [b"cust-%05d-" % rng.randrange(CUSTOMERS) for _ in range(pool)]
+        self._traces = [f"{rng.getrandbits(128):032x}".encode() for _ in range(pool)]
 
     @staticmethod
     def _make(rng: random.Random, size: int) -> tuple[bytes, bytes]:
@@ -69,15 +70,17 @@ class Records:
         }
         # Larger values hold the order's lines, as an order event does, until about 60 bytes are left for the note.
         lines: list[dict[str, object]] = []
-        while len(json.dumps({**order, "lines": lines}, separators=(",", ":"))) < size - 120:
-            lines.append(
-                {
-                    "sku": f"sku-{rng.randrange(20_000):05d}",
-                    "qty": rng.randrange(1, 5),
-                    "price": round(rng.uniform(0.5, 400), 2),
-                    "tax": rng.choice(["std", "reduced", "zero"]),
-                }
-            )
+        # The length of the order with its lines, kept as they are added (one dumps a line, not the whole order).
+        length = len(json.dumps(order, separators=(",", ":"))) + len(',"lines":[]')
+        while length < size - 120:
+            line = {
+                "sku": f"sku-{rng.randrange(20_000):05d}",
+                "qty": rng.randrange(1, 5),
+                "price": round(rng.uniform(0.5, 400), 2),
+                "tax": rng.choice(["std", "reduced", "zero"]),
+            }
+            length += len(json.dumps(line, separators=(",", ":"))) + (1 if lines else 0)
+            lines.append(line)
         if lines:
             order["lines"] = lines
         text = json.dumps(order, separators=(",", ":")).encode()
@@ -97,15 +100,15 @@ class Records:
         return head, tail
 
     def value(self, i: int) -> bytes:
-        head, tail = self._pool[i % POOL]
+        head, tail = self._pool[i % self.pool]
         return b"%s%010d%s" % (head, i % 10**10, tail)
 
     def key(self, i: int) -> bytes:
-        return b"%s%d" % (self._customers[(i * 7) % POOL], i)
+        return b"%s%d" % (self._customers[(i * 7) % self.pool], i)
 
     def headers(self, i: int) -> list[tuple[str, bytes]]:
         if i % 2:
-            return [("content-type", b"application/json"), ("trace-id", self._traces[i % POOL])]
+            return [("content-type", b"application/json"), ("trace-id", self._traces[i % self.pool])]
         return [("content-type", b"application/json")]
 
     def timestamp(self, i: int) -> int:
