@@ -67,6 +67,10 @@ class Rebuild:
         }
 
 
+#: a fresh resync's table columns, in their order
+COLUMNS = tuple(Rebuild(dr.PartitionPlan("", 0, 0, 0, 0), None).row(""))
+
+
 def _check(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | None) -> None:
     if src.path == dst.path:
         raise InvalidArgument(f"stream {src.path} cannot be resynchronized from itself; give its replica in -replica")
@@ -183,7 +187,14 @@ def _announce(
             say(f"{where}; {'rebuilt as asked' if r.rebuild else 'matches its source, kept'}")
     if not chosen:
         return
-    say(f"pause {', '.join(f'{s} -> {d}' for s, d in links)} and wait until no gateway holds {', '.join(chosen)}")
+    if links:
+        say(f"pause {', '.join(f'{s} -> {d}' for s, d in links)} and wait until no gateway holds {', '.join(chosen)}")
+    else:
+        paused = ", ".join(f"{s} -> {d}" for s, d in kept)
+        say(
+            f"the link{'s' if len(kept) > 1 else ''} {paused} {'are' if len(kept) > 1 else 'is'} paused already; wait"
+            f" until no gateway holds {', '.join(chosen)}"
+        )
     say(f"copy {dst.path} whole into {aside} (offsets kept) and check it partition by partition")
     say(f"delete and create again, empty, the topics {', '.join(chosen)} of {dst.path}")
     say(f"resume the links: the gateways of {dst.cluster.name} copy {src.path} into them from its start, offsets kept")
@@ -265,7 +276,7 @@ def resync(
     begun: dict[str, Any] = {}
     if pending is not None:
         _check_pending(src, dst, drec, pending, topic)
-        rows: list[dict[str, Any]] = list(pending.get("rows", []))
+        rows: list[dict[str, Any]] = dr.in_order(list(pending.get("rows", [])), COLUMNS)
         if dryrun:
             _resuming(src, dst, pending, say)
             return rows

@@ -258,3 +258,46 @@ def test_resync_keeps_a_link_the_operator_had_paused_paused(env: Env) -> None:
     assert f"'streamrepl stream replica resume -path {src} -replica {dst}'" in done.stderr, done.stderr
     assert row_of(env, src, dst)["paused"] is True
     assert true_ends(env.bs_of(dst), sp(dst), {"t": 1})[("t", 0)] == 0  # rebuilt empty, and nothing copied into it
+
+
+def test_resync_of_a_paused_link_says_which_link_is_paused_already(env: Env) -> None:
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    plan = cli(
+        "stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", "-dryrun", "true", registry=env.reg
+    )
+    assert "pause  and" not in plan.stderr, plan.stderr
+    assert f"resync: the link {src} -> {dst} is paused already; wait until no gateway holds t" in plan.stderr, (
+        plan.stderr
+    )
+
+
+def test_a_second_resync_in_the_same_minute_sets_aside_into_a_stream_of_its_own(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set-aside stream is named by the minute: a second resync of the pair within it took the same name, and
+    rolled back saying 'run resync again', which failed the same way until the minute changed."""
+    from datetime import datetime
+
+    from streamrepl import dr
+
+    class SameMinute(datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+            return datetime(2026, 12, 2, 8, 15, 30)
+
+    monkeypatch.setattr(dr, "datetime", SameMinute)
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    produce(env.bs_of(src), sp(src), "t", 4, 1)
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    asides = []
+    for n in (3, 2):
+        produce(env.bs_of(dst), sp(dst), "t", n, 1, tag=f"replica{n}")
+        done = cli("stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", registry=env.reg)
+        asides += re.findall(r"set aside: (\S+) holds", done.stderr)
+    assert len(asides) == 2 and asides[0] != asides[1], asides
+    assert asides[0] == f"{dst}.aside-202612020815", asides
+    for aside, n in zip(asides, (3, 2), strict=True):
+        assert len(read_partition(env.bs_of(aside), env.kt(aside, "t"), 0)) == n
