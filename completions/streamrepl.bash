@@ -66,7 +66,7 @@ _streamrepl_options() {
         'stream replica resume') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resync') echo '-path --path -replica --replica -topic --topic -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic') echo '-h --help -help' ;;
-        'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic delete') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic edit') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic info') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -257,6 +257,7 @@ _streamrepl_value() {
         'stream topic create|-topic'|'stream topic create|--topic') echo 'value' ;;
         'stream topic create|-partitions'|'stream topic create|--partitions') echo 'value' ;;
         'stream topic create|-timestamptype'|'stream topic create|--timestamptype') echo 'value' ;;
+        'stream topic create|-force'|'stream topic create|--force') echo 'choice:true false yes no' ;;
         'stream topic create|-clusters'|'stream topic create|--clusters') echo 'file' ;;
         'stream topic delete|-path'|'stream topic delete|--path') echo 'value' ;;
         'stream topic delete|-topic'|'stream topic delete|--topic') echo 'value' ;;

@@ -627,3 +627,24 @@ def test_many_to_one_clash_names_both_upstreams_stops_only_its_partitions_and_it
     held = read_all(env.bs_of(agg), sp(agg), {"shared": 2})
     assert all(held[tp][: len(sf_held[tp])] == sf_held[tp] for tp in sf_held), "nothing of sf's was overwritten"
     assert read_all(env.bs_of(lon), sp(lon), {"shared": 2}) == lon_recs
+
+
+def test_topic_create_refuses_a_name_another_upstream_of_a_replica_writes_unless_forced(env: Env) -> None:
+    n = name("tc")
+    sf, lon, agg = f"/sanfrancisco/{n}", f"/tokyo/{n}", f"/newyork/{n}agg"
+    for path in (sf, lon, agg):
+        new_stream(env.reg, path)
+    new_topics(env.reg, sf, {"shared": 1})
+    link(env.reg, sf, agg, paused=True)
+    link(env.reg, lon, agg, paused=True)
+    refused = cli("stream", "topic", "create", "-path", lon, "-topic", "shared", registry=env.reg, check=False)
+    assert refused.code != 0
+    line = refused.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert f"topic shared of {lon} would clash in {agg}, a replica of {lon}: its upstream {sf} has a topic" in line
+    assert "-force true" in line, line
+    assert "shared" not in {r["topic"] for r in cli_data("stream", "topic", "list", "-path", lon, registry=env.reg)}
+    cli("stream", "topic", "create", "-path", lon, "-topic", "other", registry=env.reg)  # no clash: no word
+    forced = cli("stream", "topic", "create", "-path", lon, "-topic", "shared", "-force", "true", registry=env.reg)
+    assert f"warning: topic shared of {lon} clashes in {agg}" in forced.stderr, forced.stderr
+    assert "shared" in {r["topic"] for r in cli_data("stream", "topic", "list", "-path", lon, registry=env.reg)}
