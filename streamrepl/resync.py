@@ -30,6 +30,7 @@ the rollback are one operation whose order matters; split, each part would read 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,14 +98,24 @@ def _check(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str 
 
 
 def _fork(
-    src_c: kafka.Consumer, skt: str, dst_c: kafka.Consumer, dkt: str, p: int, upto: int, uuids: tuple[str, str]
+    src_c: kafka.Consumer,
+    skt: str,
+    dst_c: kafka.Consumer,
+    dkt: str,
+    p: int,
+    upto: int,
+    uuids: tuple[str, str],
+    clusters: tuple[Cluster, Cluster],
 ) -> int:
     """The first offset below `upto` from which the replica's records are not the source's (a bisection: the two
-    histories share a prefix). An offset where either side shows no record (compacted, a marker) counts as the same."""
+    histories share a prefix). An offset where either side shows no record (compacted, a marker) counts as the same;
+    a read that timed out is no answer (Unreachable): counted as a match, it put the fork past records that differ."""
 
     def same(offset: int) -> bool:
-        mine = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), offset + 1)
-        theirs = kafka.last_record(src_c, kafka.TopicPartition(skt, p), offset + 1)
+        with kafka.answering(clusters[1], "reading the replica for resync's plan"):
+            mine = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), offset + 1, strict=True)
+        with kafka.answering(clusters[0], "reading the source for resync's plan"):
+            theirs = kafka.last_record(src_c, kafka.TopicPartition(skt, p), offset + 1, strict=True)
         if mine is None or theirs is None:
             return True
         return tail_of(mine, uuids[1]).holds(tail_of(theirs, uuids[0]))
@@ -122,8 +133,17 @@ def _fork(
 def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | None) -> list[Rebuild]:
     """Per partition of the topics both streams have (or of `topic`): ends, divergence, fork, records set aside."""
     names = [t for t in sorted(srec.topics) if t in drec.topics and topic in (None, t)]
-    src_ends = kafka.topic_ends(src.cluster, [kafka_topic_name(src.path, t) for t in names])
-    dst_ends = kafka.topic_ends(dst.cluster, [kafka_topic_name(dst.path, t) for t in names])
+
+    def reading_src() -> contextlib.AbstractContextManager[None]:
+        return kafka.answering(src.cluster, "reading the source for resync's plan")
+
+    def reading_dst() -> contextlib.AbstractContextManager[None]:
+        return kafka.answering(dst.cluster, "reading the replica for resync's plan")
+
+    with reading_src():
+        src_ends = kafka.topic_ends(src.cluster, [kafka_topic_name(src.path, t) for t in names])
+    with reading_dst():
+        dst_ends = kafka.topic_ends(dst.cluster, [kafka_topic_name(dst.path, t) for t in names])
     out: list[Rebuild] = []
     src_c, dst_c = kafka.consumer(src.cluster), kafka.consumer(dst.cluster)
     try:
@@ -132,11 +152,15 @@ def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | 
             parts = []
             for p in range(srec.topics[t].partitions):
                 s_end, d_end = src_ends.get((skt, p), 0), dst_ends.get((dkt, p), 0)
-                last = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), d_end) if d_end else None
+                with reading_dst():
+                    last = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), d_end, strict=True) if d_end else None
                 tail = tail_of(last, drec.uuid) if last is not None else None
-                div = check(src_c, kafka.TopicPartition(skt, p), d_end, tail, srec.uuid, drec.uuid)
-                fork = _fork(src_c, skt, dst_c, dkt, p, div.offset, (srec.uuid, drec.uuid)) if div else d_end
-                count = dr.count_records(dst.cluster, dkt, p, fork, d_end)
+                with reading_src():
+                    div = check(src_c, kafka.TopicPartition(skt, p), d_end, tail, srec.uuid, drec.uuid)
+                clusters = (src.cluster, dst.cluster)
+                fork = _fork(src_c, skt, dst_c, dkt, p, div.offset, (srec.uuid, drec.uuid), clusters) if div else d_end
+                with reading_dst():
+                    count = dr.count_records(dst.cluster, dkt, p, fork, d_end)
                 parts.append(Rebuild(dr.PartitionPlan(t, p, d_end, s_end, fork, count), div))
             chosen = topic is not None or any(r.divergence is not None for r in parts)
             for r in parts:
