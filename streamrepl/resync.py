@@ -447,6 +447,16 @@ class _Run:
             self.say(f"set aside: {self.j['aside']} holds {self.dst.path} whole")
             self.mark("aside")
 
+    def _forget_reports(self) -> None:
+        """The gateways' last reports of the rebuilt partitions (their ERROR among them) are of the old history:
+        `replica list` showed them until a gateway reported the partition again."""
+        keys = [
+            statustopic.unit_key(str(self.dst.path), str(self.src.path), t, p)
+            for t in self.topics
+            for p in range(self.drec.topics[t].partitions)
+        ]
+        statustopic.put_all(self.dst.cluster, [(k, None) for k in keys], "clearing the reports of the rebuilt topics")
+
     def _roll_back(self) -> str:
         """Undo what the steps before "rebuild" did, clear the journal; says what was undone."""
         undone = []
@@ -474,6 +484,7 @@ class _Run:
                 configs = streams.kafka_configs(self.drec.settings, meta.timestamptype)
                 dr.recreate_topic(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
                 self.say(f"rebuilt {self.dst.path}:{t} empty ({meta.partitions} partitions)")
+            self._forget_reports()
             self.mark("rebuild")
         if not self.done("resume"):
             for s, d in self.links:

@@ -301,3 +301,24 @@ def test_a_second_resync_in_the_same_minute_sets_aside_into_a_stream_of_its_own(
     assert asides[0] == f"{dst}.aside-202612020815", asides
     for aside, n in zip(asides, (3, 2), strict=True):
         assert len(read_partition(env.bs_of(aside), env.kt(aside, "t"), 0)) == n
+
+
+def test_replica_list_right_after_a_resync_does_not_show_the_error_it_cured(env: Env) -> None:
+    """The gateway's report of the diverged partition (its ERROR) stayed until the gateway reported it again."""
+    import json
+
+    from streamrepl import registry, statustopic
+
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    produce(env.bs_of(src), sp(src), "t", 4, 1)
+    produce(env.bs_of(dst), sp(dst), "t", 3, 1, tag="replica")
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    report = {"state": "error", "error": f"source {src}:t partition 0 diverged at offset 2", "updated": 1}
+    key = statustopic.unit_key(dst, src, "t", 0)
+    statustopic.put(registry.load(str(env.reg)).get("newyork"), key, json.dumps(report).encode(), "a test report")
+    assert row_of(env, src, dst)["replicaState"] == "REPLICA_STATE_ERROR"
+    cli("stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", registry=env.reg)
+    row = row_of(env, src, dst)
+    assert (row["replicaState"], row["lasterror"]) != ("REPLICA_STATE_ERROR", report["error"]), row
+    assert "diverged" not in row["lasterror"], row

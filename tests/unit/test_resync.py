@@ -56,7 +56,7 @@ def test_the_fork_search_fails_closed_when_the_source_does_not_answer() -> None:
     dst = PartitionConsumer({o: b"other" for o in range(8)})
     with pytest.raises(Unreachable) as e:
         resync._fork(src, "skt", dst, "dkt", 0, 8, ("S", "D"), (Side("sanfrancisco").cluster, Side("newyork").cluster))
-    assert "cluster 'sanfrancisco' ("in str(e.value) and "does not answer" in str(e.value), e.value
+    assert "cluster 'sanfrancisco' (" in str(e.value) and "does not answer" in str(e.value), e.value
 
 
 def test_the_fork_search_fails_closed_when_the_replica_does_not_answer() -> None:
