@@ -33,7 +33,7 @@ from typing import Any
 from . import dr, kafka, oplock, policy, promoteconsistent, promotecut, replicas, settings, statustopic, streams
 from .bulk.copystream import copystream
 from .dr import Ends, Say, Waiter, ends_by_topic, quiet
-from .errors import InvalidArgument, NotFound, StreamreplError
+from .errors import InvalidArgument, NotFound, StreamreplError, Unreachable
 from .journal import PROMOTE_CONSISTENT_STEPS, PROMOTE_STEPS
 from .journal import iso as _iso
 from .journal import promoting as _running
@@ -147,21 +147,40 @@ def promote(
     timeout, to report what the replica lacks. `consistent`: one cut for the whole stream (promoteconsistent.py);
     None: as an interrupted run planned, else per partition."""
     settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
-    r, rec = streams.load(reg, path)
-    _check_promote(r, rec)
-    mode = _mode(r, rec, consistent)
-    if mode and rec.upstreams and _running(rec) is None:
-        # refuses before anything changes
-        preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends, scan=dryrun)
+    try:
+        r, rec = streams.load(reg, path)
+    except KeyboardInterrupt as e:
+        raise type(e)(not_begun(path)) from None
+    try:
+        _check_promote(r, rec)
+        mode = _mode(r, rec, consistent)
+        if mode and rec.upstreams and _running(rec) is None:
+            # refuses before anything changes
+            preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends, scan=dryrun)
+            if dryrun:
+                _promote_plan(reg, r, rec, say, ends, dryrun=True)
+                for line in promoteconsistent.describe(str(r.path), preview):
+                    say(line)
+                return _promoted_row(r, [e.path for e in rec.upstreams], False, True, preview)
         if dryrun:
-            _promote_plan(reg, r, rec, say, ends, dryrun=True)
-            for line in promoteconsistent.describe(str(r.path), preview):
-                say(line)
-            return _promoted_row(r, [e.path for e in rec.upstreams], False, True, preview)
-    if dryrun:
-        return _promote_plan(reg, r, rec, say, ends, dryrun=True)
-    # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
-    # already: the lock of a run that died after its last step goes with it).
+            return _promote_plan(reg, r, rec, say, ends, dryrun=True)
+        # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
+        # already: the lock of a run that died after its last step goes with it).
+        return _locked(reg, r, path, consistent, say, ends, wait_released, copy)
+    except KeyboardInterrupt as e:
+        raise e if str(e) else type(e)(_stopped(r)) from None
+
+
+def _locked(
+    reg: Registry,
+    r: streams.Resolved,
+    path: str,
+    consistent: bool | None,
+    say: Say,
+    ends: Ends,
+    wait_released: Waiter,
+    copy: Any,
+) -> list[dict[str, Any]]:
     with oplock.holding(r, "promote") as lock:
         r, rec = streams.load(reg, path)
         _check_promote(r, rec)
@@ -217,6 +236,11 @@ def _promote_plan(
     return steps(sources)
 
 
+def not_begun(path: str) -> str:
+    """What a promote interrupted before it read its stream says."""
+    return f"promote of {path} stopped before it began; nothing was changed: run promote again"
+
+
 def _stopped(r: streams.Resolved) -> str:
     """What an interrupted promote says: the steps its journal shows done (read again: the step under way when the
     signal came may have finished)."""
@@ -224,12 +248,22 @@ def _stopped(r: streams.Resolved) -> str:
         rec = r.store.get(r.path.path)
     except (StreamreplError, KeyboardInterrupt):
         rec = None
-    p = rec.promotion if rec is not None else None
+    if rec is None:
+        return (
+            f"promote of {r.path} stopped part way; what it did cannot be read now (its cluster does not answer); its"
+            " journal (in its metadata) keeps the steps done: run promote again to complete it"
+        )
+    p = rec.promotion
     if isinstance(p, dict) and _running(rec) is None and "done" in p:
         return f"promote of {r.path} finished before it stopped: {r.path} is writable"
-    done = ", ".join(p.get("done", [])) if isinstance(p, dict) else ""
+    if not isinstance(p, dict) or _running(rec) is None:
+        return f"promote of {r.path} stopped before it changed anything; nothing was changed: run promote again"
+    done = list(p.get("done", []))
+    # A step under way when it stopped is not marked done: what it did already is told too.
+    removed = [s for s in p.get("from", []) if "upstreams" not in done and rec.upstream(s) is None]
+    also = f"; removed the upstream {', '.join(removed)}" if removed else ""
     return (
-        f"promote of {r.path} stopped part way (done: {done or 'nothing'}); its journal (in its metadata) keeps"
+        f"promote of {r.path} stopped part way (done: {', '.join(done)}{also}); its journal (in its metadata) keeps"
         " the steps done: run promote again to complete it"
     )
 
@@ -350,6 +384,9 @@ def _promote(
         oplock.step_done("promote", len(order))
     except KeyboardInterrupt as e:
         raise type(e)(_stopped(r)) from None
+    except Unreachable as e:
+        # A broker that stopped answering part way: the journal says what is left.
+        raise Unreachable(f"{e.message}; {_stopped(r)}") from None
     if resumed:
         say(f"completed an interrupted promote of {r.path}")
     say(f"{r.path} is writable")

@@ -457,3 +457,73 @@ def test_a_resync_planned_before_another_one_finished_refuses_and_changes_nothin
     assert "nothing was changed" in str(refused.value), refused.value
     (aside,) = [r["path"] for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
     check_resynced(ec, before, aside, tmp_path)
+
+
+def test_promote_interrupted_after_removing_the_upstream_says_so(
+    ec: EphemeralClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between removing the upstream and marking it done, promote said 'done: nothing'."""
+    from streamrepl import promote, replicas
+
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
+    real = replicas.upstream_remove
+
+    def then_interrupted(*args: object) -> None:
+        real(*args)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replicas, "upstream_remove", then_interrupted)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        promote.promote(registry.load(str(reg)), ny)
+    said = str(stopped.value)
+    assert f"promote of {ny} stopped part way" in said and "nothing" not in said, said
+    assert f"removed the upstream {sf}" in said and "run promote again to complete it" in said, said
+    monkeypatch.setattr(replicas, "upstream_remove", real)
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    check_promoted(ec, before)
+
+
+def test_promote_whose_broker_stops_answering_says_it_stopped_part_way(ec: EphemeralClusters) -> None:
+    from streamrepl import promote
+    from streamrepl.errors import Unreachable
+
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
+
+    def stalled(_: object) -> list[str]:
+        raise Unreachable("cluster 'newyork' (127.0.0.1:1) does not answer while writing stream metadata")
+
+    with pytest.raises(StreamreplError) as stopped:
+        promote.promote(registry.load(str(reg)), ny, wait_released=stalled)
+    said = str(stopped.value)
+    assert said.startswith("cluster 'newyork' (127.0.0.1:1) does not answer while writing stream metadata"), said
+    assert f"promote of {ny} stopped part way" in said and "run promote again to complete it" in said, said
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    check_promoted(ec, before)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.5])
+def test_promote_given_sigterm_early_says_what_was_done(ec: EphemeralClusters, delay: float) -> None:
+    """At 0.5 s it exited 143 with no output at all (the signal came before its handler was set)."""
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
+    proc = subprocess.Popen(
+        [STREAMREPL_BIN, "stream", "replica", "promote", "-path", ny],
+        env={**os.environ, "STREAMREPL_CLUSTERS": str(reg)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in out + err, err
+    if proc.returncode == 128 + signal.SIGTERM:
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        assert "promote" in last and ("nothing was changed" in last or "run promote again" in last), err
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    check_promoted(ec, before)
