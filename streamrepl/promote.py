@@ -64,6 +64,35 @@ def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> li
     return sorted(found)
 
 
+def _refuse_other_origins(r: streams.Resolved, rec: Stream, ends: Ends) -> None:
+    """A replica whose partitions hold records of a stream other than its one upstream (a many-to-one replica whose
+    other upstreams were removed) cannot be promoted: it takes over that upstream's identity, and its records written
+    after another origin's in a partition would mix two histories there, which no copy can carry."""
+    if _running(rec) is not None or len(rec.upstreams) != 1 or not rec.upstreams[0].uuid:
+        return
+    src = rec.upstreams[0]
+    point = ends_by_topic(r, rec, ends)
+    foreign: list[str] = []
+    c = kafka.consumer(r.cluster)
+    try:
+        for topic, per in point.items():
+            for p, end in enumerate(per):
+                tp = kafka.TopicPartition(kafka_topic_name(r.path, topic), p)
+                last = kafka.last_record(c, tp, end) if end else None
+                origin = policy.origin_of(last.headers(), rec.uuid) if last is not None else None
+                if origin is not None and origin not in (src.uuid, rec.uuid):
+                    foreign.append(f"{r.path}:{topic}[{p}] holds records of another stream (origin {origin})")
+    finally:
+        c.close()
+    if foreign:
+        raise InvalidArgument(
+            f"{'; '.join(foreign[:3])}{' and more' if len(foreign) > 3 else ''}: promote takes over the history of"
+            f" {src.path} alone, and its new records would follow another stream's in those partitions; nothing was"
+            f" changed. Promote a replica that only {src.path} fed, or write to a new stream on this cluster"
+            f" ('streamrepl stream create -path <new path> -copymetafrom {r.path}')"
+        )
+
+
 def _check_promote(r: streams.Resolved, rec: Stream) -> None:
     journal = _running(rec)
     if journal is None and not rec.upstreams and not rec.promotion:
@@ -153,6 +182,7 @@ def promote(
         raise type(e)(not_begun(path)) from None
     try:
         _check_promote(r, rec)
+        _refuse_other_origins(r, rec, ends)
         mode = _mode(r, rec, consistent)
         if mode and rec.upstreams and _running(rec) is None:
             # refuses before anything changes

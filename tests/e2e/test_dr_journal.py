@@ -527,3 +527,26 @@ def test_promote_given_sigterm_early_says_what_was_done(ec: EphemeralClusters, d
         assert "promote" in last and ("nothing was changed" in last or "run promote again" in last), err
     cli("stream", "replica", "promote", "-path", ny, registry=reg)
     check_promoted(ec, before)
+
+
+def test_promote_of_a_replica_holding_another_upstreams_records_is_refused_and_changes_nothing(
+    ec: EphemeralClusters,
+) -> None:
+    """A many-to-one replica whose other upstream was removed as promote advised: promoted, it took over the one
+    source's identity and wrote it into partitions of the other origin (copystream and diffstreams then failed at
+    their first record), and the removed upstream's link said the replica was 'deleted and created again'."""
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    cli("stream", "topic", "create", "-path", ny, "-topic", "u", registry=reg)
+    other = "0f0f0f0f-0000-4000-8000-0000000000aa"  # the removed upstream's records, as its gateway copied them
+    write(
+        ec.brokers["newyork"].bootstrap, kafka_topic_name(sp(ny), "u"), {0: 4}, "lon", [(policy.ORIGIN, other.encode())]
+    )
+    before = record(reg, ny)
+    run = cli("stream", "replica", "promote", "-path", ny, registry=reg, check=False)
+    line = one_error_line(run)
+    assert f"{ny}:u[0] holds records of another stream (origin {other})" in line, line
+    assert f"promote takes over the history of {sf} alone" in line and "nothing was changed" in line, line
+    assert record(reg, ny).to_json() == before.to_json()
+    dry = cli("stream", "replica", "promote", "-path", ny, "-dryrun", "true", registry=reg, check=False)
+    assert one_error_line(dry) == line
