@@ -106,7 +106,8 @@ def _check_promote(r: streams.Resolved, rec: Stream) -> None:
         raise InvalidArgument(
             f"stream {r.path} has several upstreams ({', '.join(e.path for e in rec.upstreams)}); promote takes over"
             f" the history of one lost source: remove the upstreams of the other sources first ('streamrepl stream"
-            f" upstream remove -path {r.path} -upstream <path>'), then promote again; nothing was changed"
+            f" upstream remove -path {r.path} -upstream <path>'), then promote again (refused while its partitions"
+            " hold records of the removed ones: those would mix with the promoted history); nothing was changed"
         )
     others = [e.path for e in rec.upstreams if journal is not None and e.path not in journal.get("from", [])]
     if others:
