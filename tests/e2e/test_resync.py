@@ -322,3 +322,35 @@ def test_replica_list_right_after_a_resync_does_not_show_the_error_it_cured(env:
     row = row_of(env, src, dst)
     assert (row["replicaState"], row["lasterror"]) != ("REPLICA_STATE_ERROR", report["error"]), row
     assert "diverged" not in row["lasterror"], row
+
+
+# The replica's side waits out a read timeout too (about 10 s): with the long tests, on noida-db (see noida_run).
+@pytest.mark.parametrize("stalled", ["sanfrancisco", pytest.param("newyork", marks=noida_run)])
+def test_a_broker_stalled_during_the_fork_search_fails_the_plan_closed(
+    env: Env, monkeypatch: pytest.MonkeyPatch, stalled: str
+) -> None:
+    """Every replica record differs from its source's. With a broker stalled (SIGSTOP) during the fork search, the
+    dry run exited 0 with a fork past 0: each read that timed out counted as a match."""
+    from support.freeze import broker_frozen
+
+    from streamrepl import policy, registry
+    from streamrepl import resync as resync_module
+
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    write(env.bs_of(src), env.kt(src, "t"), {0: 8}, "source")
+    write(env.bs_of(dst), env.kt(dst, "t"), {0: 8}, "other", [(policy.ORIGIN, uuid_of(env.reg, src).encode())])
+    real = resync_module._fork
+
+    def stalled_fork(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with broker_frozen(env.ec, stalled):
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(resync_module, "_fork", stalled_fork)
+    reg = registry.load(str(env.reg))
+    with pytest.raises(Exception) as refused:
+        resync_module.resync(reg, src, dst, dryrun=True)
+    assert f"cluster '{stalled}' (" in str(refused.value) and "does not answer" in str(refused.value), refused.value
+    monkeypatch.setattr(resync_module, "_fork", real)
+    (row,) = resync_module.resync(reg, src, dst, dryrun=True)
+    assert (row["forkoffset"], row["setaside"]) == (0, 8), row
