@@ -505,7 +505,7 @@ def test_promote_whose_broker_stops_answering_says_it_stopped_part_way(ec: Ephem
     check_promoted(ec, before)
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.3, 0.5])
+@pytest.mark.parametrize("delay", [pytest.param(0.05, marks=pytest.mark.drcrash), 0.5])
 def test_promote_given_sigterm_early_says_what_was_done(ec: EphemeralClusters, delay: float) -> None:
     """At 0.5 s it exited 143 with no output at all (the signal came before its handler was set)."""
     reg = ec.registry_path

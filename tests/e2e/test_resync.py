@@ -324,8 +324,10 @@ def test_replica_list_right_after_a_resync_does_not_show_the_error_it_cured(env:
     assert "diverged" not in row["lasterror"], row
 
 
-# The replica's side waits out a read timeout too (about 10 s): with the long tests, on noida-db (see noida_run).
-@pytest.mark.parametrize("stalled", ["sanfrancisco", pytest.param("newyork", marks=noida_run)])
+# Each waits out a read timeout (about 10 s): with the long tests, on noida-db (see noida_run); the default run has
+# tests/unit/test_resync_plan.py.
+@noida_run
+@pytest.mark.parametrize("stalled", ["sanfrancisco", "newyork"])
 def test_a_broker_stalled_during_the_fork_search_fails_the_plan_closed(
     env: Env, monkeypatch: pytest.MonkeyPatch, stalled: str
 ) -> None:
