@@ -46,12 +46,12 @@ _streamrepl_options() {
         'stream') echo '-h --help -help' ;;
         'stream assign') echo '-h --help -help' ;;
         'stream assign list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -copymetafrom --copymetafrom -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -copymetafrom --copymetafrom -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor') echo '-h --help -help' ;;
         'stream cursor delete') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream delete') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream edit') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream edit') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream info') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream list') echo '-cluster --cluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica') echo '-h --help -help' ;;
@@ -66,7 +66,7 @@ _streamrepl_options() {
         'stream replica resume') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resync') echo '-path --path -replica --replica -topic --topic -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic') echo '-h --help -help' ;;
-        'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic delete') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic edit') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic info') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -166,6 +166,7 @@ _streamrepl_value() {
         'stream create|-mincompactionlag'|'stream create|--mincompactionlag') echo 'value' ;;
         'stream create|-deleteretention'|'stream create|--deleteretention') echo 'value' ;;
         'stream create|-copymetafrom'|'stream create|--copymetafrom') echo 'value' ;;
+        'stream create|-force'|'stream create|--force') echo 'choice:true false yes no' ;;
         'stream create|-clusters'|'stream create|--clusters') echo 'file' ;;
         'stream cursor delete|-path'|'stream cursor delete|--path') echo 'value' ;;
         'stream cursor delete|-consumergroup'|'stream cursor delete|--consumergroup') echo 'value' ;;
@@ -193,6 +194,7 @@ _streamrepl_value() {
         'stream edit|-compact'|'stream edit|--compact') echo 'choice:true false yes no' ;;
         'stream edit|-mincompactionlag'|'stream edit|--mincompactionlag') echo 'value' ;;
         'stream edit|-deleteretention'|'stream edit|--deleteretention') echo 'value' ;;
+        'stream edit|-force'|'stream edit|--force') echo 'choice:true false yes no' ;;
         'stream edit|-clusters'|'stream edit|--clusters') echo 'file' ;;
         'stream info|-path'|'stream info|--path') echo 'value' ;;
         'stream info|-clusters'|'stream info|--clusters') echo 'file' ;;
@@ -257,6 +259,7 @@ _streamrepl_value() {
         'stream topic create|-topic'|'stream topic create|--topic') echo 'value' ;;
         'stream topic create|-partitions'|'stream topic create|--partitions') echo 'value' ;;
         'stream topic create|-timestamptype'|'stream topic create|--timestamptype') echo 'value' ;;
+        'stream topic create|-force'|'stream topic create|--force') echo 'choice:true false yes no' ;;
         'stream topic create|-clusters'|'stream topic create|--clusters') echo 'file' ;;
         'stream topic delete|-path'|'stream topic delete|--path') echo 'value' ;;
         'stream topic delete|-topic'|'stream topic delete|--topic') echo 'value' ;;

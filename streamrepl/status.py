@@ -110,7 +110,11 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
             if oldest and (not row["minPendingTS"] or oldest < row["minPendingTS"]):
                 row["minPendingTS"] = oldest
             row["maxPendingTS"] = max(row["maxPendingTS"], newest)
-    reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
+    # The link's partitions as they are now: a topic deleted or renamed at the source leaves its reports behind.
+    current = {f"{t}|{p}" for t, p in pairs}
+    reports = {
+        k: v for k, v in read(dst_cluster, f"unit|{entry.path}|{src.path}|").items() if k.split("|", 3)[-1] in current
+    }
     # Gateways apply a link that is agreed, not paused, and not owned by autosetup's copy.
     applied = agreed and not entry.paused and entry.state in RUNNING_STATES
     held = False  # by live gateways, every partition of the link

@@ -269,8 +269,10 @@ def first_record(c: Consumer, tp: TopicPartition, low: int, end: int) -> Message
         c.unassign()
 
 
-def last_record(c: Consumer, tp: TopicPartition, end: int) -> Message | None:
-    """The record just before `end`, or None when the partition holds no visible record there."""
+def last_record(c: Consumer, tp: TopicPartition, end: int, strict: bool = False) -> Message | None:
+    """The record just before `end`, or None when the partition holds no visible record there (or, unless
+    `strict`, when the broker did not answer in time; `strict`: TimeoutError then, for callers that must not take
+    an unanswered read for an empty offset)."""
     if end <= 0:
         return None
     c.assign([TopicPartition(tp.topic, tp.partition, end - 1)])
@@ -284,6 +286,8 @@ def last_record(c: Consumer, tp: TopicPartition, end: int) -> Message | None:
                 return m if m.offset() == end - 1 else None
             if is_partition_eof(cast(KafkaError, m.error())):
                 return None
+        if strict:
+            raise TimeoutError(f"reading {tp.topic}[{tp.partition}] at offset {end - 1} timed out")
         return None
     finally:
         c.unassign()

@@ -109,6 +109,7 @@ class Gateway:
             self._producer,
             self.tuning.throttle_rate,
             on_fail=self._report_failure,
+            on_clash=self._report_clash,
             quiet=self.quiet,
             gateway_id=self.id,
             cluster_name=cluster,
@@ -221,6 +222,9 @@ class Gateway:
 
     def _report_failure(self, unit: Unit, error: str) -> None:
         self.reports.unit(unit, "error", error)
+
+    def _report_clash(self, unit: Unit, link: Link, error: str) -> None:
+        self.reports.unit(unit, "error", error, sources=[link.src])
 
     def apply_plan(self, plan: Plan, present: set[str]) -> None:
         self.plan = plan
