@@ -233,7 +233,11 @@ def link_error(reg: Registry, src: Any, srec: Stream, entry: Replica) -> str | N
 def _replica_gone(src: Any, entry: Replica, drec: Stream | None) -> str:
     """Why the replica stream is not the one the link was made with, or no longer its replica (promoted); "": it is."""
     if drec is None:
-        return f"replica stream {entry.path} does not exist"
+        return (
+            f"replica stream {entry.path} does not exist (deleted, or its cluster {entry.cluster} came back without"
+            f" it); run 'streamrepl stream replica autosetup -path {src.path} -replica {entry.path}' to set it up"
+            f" again, or 'streamrepl stream replica remove -path {src.path} -replica {entry.path}'"
+        )
     # Promoted: its uuid changed too (it took over the identity of its history), but it is the same stream.
     promoted = journal.promotion_note(str(src.path), entry.path, entry.uuid, drec)
     if promoted:
