@@ -269,9 +269,7 @@ class Gateway:
         delay = 0.5
         while not self.stopping:
             try:
-                wrong = repair(self.cluster)
-                if wrong:
-                    log.info("cluster %s: internal topics made again (%s)", self.cluster.name, "; ".join(wrong))
+                repair(self.cluster)  # a misshapen one is said (destination.repair)
                 return
             except StreamreplError as e:
                 log.warning("%s; retrying in %.0f s", e, delay)
