@@ -6,6 +6,7 @@ partition ends are read when `replica list` runs.
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 from . import journal, kafka, policy, statustopic, topics
@@ -126,6 +127,11 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         elif applied:
             units = [Unit(dst_path, t, p).key for t, p in pairs if not srec.topics[t].deleting]
             held = not unheld(gateways, units)
+            unread = _source_unread(gateways, str(src.path), entry.path)
+            if unread:
+                row["replicaState"] = str(ReplicaState.ERROR)
+                row["lasterror"] = unread
+                held = False
     errors = _partition_errors(reports)
     lost, nlost = _lost_own_records(src, srec, entry, drec, src_ends, dst_ends, pairs) if not errors else ("", 0)
     if lost:
@@ -153,6 +159,21 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
     caught_up = not errors and not lost and not unadopted and not pending_resync and row["putsPending"] == 0
     row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
+
+
+def _source_unread(gateways: dict[str, dict[str, Any]], src: str, dst: str) -> str:
+    """What a live gateway says keeps it from reading the link's source (its plan's problems), "" if none does."""
+    now_ms = time.time() * 1000
+    for r in gateways.values():
+        if not statustopic.is_live(r, now_ms):
+            continue
+        for problem in r.get("problems", []):
+            if str(problem).startswith(f"upstream {src} of {dst}"):
+                return (
+                    f"gateway {r.get('gateway')} cannot read the source, so nothing is replicated: {problem}; mend"
+                    f" the gateway's registry entry of the source's cluster (or its network), and it goes on by itself"
+                )
+    return ""
 
 
 def _replica_misshapen(
