@@ -70,7 +70,8 @@ def put_all(cluster: Cluster, records: list[tuple[str, bytes | None]], what: str
 
 def send(producer: kafka.Producer, key: str, body: dict[str, Any]) -> None:
     """Queue a gateway's report on the gateway's own producer (delivered with its writes; not waited for)."""
-    producer.produce(STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode())
+    # Partition 0, as put(): the readers read only that one, whatever partitions a topic made by mistake has.
+    producer.produce(STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode(), partition=0)
 
 
 def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:

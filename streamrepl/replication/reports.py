@@ -93,6 +93,8 @@ class StatusReports:
             "units": sorted(u.key for u in self.table.units),
             "applied": self.stats.records_applied,
             "errors": len(self.table.errored),
+            # what keeps links of its plan from running (a source that does not answer): `replica list` says it
+            "problems": list(plan.problems) if (plan := self._plan()) is not None else [],
             # started again by its supervisor after it died, and how it died last (`cluster gateway list`)
             "restarts": self.restarts,
             "lastexit": self.last_exit,
