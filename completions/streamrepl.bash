@@ -6,11 +6,12 @@
 # _streamrepl_subcommands PATH: the sub-command words of the group PATH ('' is the root).
 _streamrepl_subcommands() {
     case "$1" in
-        '') echo 'cluster consume copystream diffstreams gateway local produce stream' ;;
+        '') echo 'cluster consume copystream diffstreams gateway local produce proxy stream' ;;
         'cluster') echo 'gateway list' ;;
         'cluster gateway') echo 'delete get list local resolve set' ;;
         'gateway') echo 'start' ;;
         'local') echo 'down status up' ;;
+        'proxy') echo 'start' ;;
         'stream') echo 'assign create cursor delete edit info list replica topic upstream' ;;
         'stream assign') echo 'list' ;;
         'stream cursor') echo 'delete list' ;;
@@ -43,6 +44,8 @@ _streamrepl_options() {
         'local status') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
         'local up') echo '-clusters --clusters -dir --dir -broker --broker -tls --tls -noheader --noheader -json --json -h --help -help' ;;
         'produce') echo '-path --path -key --key -partition --partition -header --header -format --format -timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'proxy') echo '-h --help -help' ;;
+        'proxy start') echo '-cluster --cluster -listen --listen -advertise --advertise -tlscert --tlscert -tlskey --tlskey -metricsport --metricsport -metricsaddr --metricsaddr -loglevel --loglevel -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream') echo '-h --help -help' ;;
         'stream assign') echo '-h --help -help' ;;
         'stream assign list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -146,6 +149,15 @@ _streamrepl_value() {
         'produce|-format'|'produce|--format') echo 'choice:lines json' ;;
         'produce|-timeout'|'produce|--timeout') echo 'value' ;;
         'produce|-clusters'|'produce|--clusters') echo 'file' ;;
+        'proxy start|-cluster'|'proxy start|--cluster') echo 'value' ;;
+        'proxy start|-listen'|'proxy start|--listen') echo 'value' ;;
+        'proxy start|-advertise'|'proxy start|--advertise') echo 'value' ;;
+        'proxy start|-tlscert'|'proxy start|--tlscert') echo 'file' ;;
+        'proxy start|-tlskey'|'proxy start|--tlskey') echo 'file' ;;
+        'proxy start|-metricsport'|'proxy start|--metricsport') echo 'value' ;;
+        'proxy start|-metricsaddr'|'proxy start|--metricsaddr') echo 'value' ;;
+        'proxy start|-loglevel'|'proxy start|--loglevel') echo 'value' ;;
+        'proxy start|-clusters'|'proxy start|--clusters') echo 'file' ;;
         'stream assign list|-path'|'stream assign list|--path') echo 'value' ;;
         'stream assign list|-consumergroup'|'stream assign list|--consumergroup') echo 'value' ;;
         'stream assign list|-topic'|'stream assign list|--topic') echo 'value' ;;
