@@ -21,6 +21,7 @@ from typing import Any, cast
 from . import kafka, policy
 from .errors import StreamreplError
 from .kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from .origins import Runs
 
 LOG_APPEND_TIME = 2
 
@@ -67,6 +68,8 @@ class OffsetPreservingWriter:
         src_uuid: str,
         origin: str | None = None,
         label: str = "",
+        run_origin: str | None = None,
+        append_run: Callable[[int, str], None] | None = None,
     ):
         self.producer = producer
         self.topic = topic
@@ -76,6 +79,10 @@ class OffsetPreservingWriter:
         self.src_uuid = src_uuid
         self.origin = origin
         self.label = label or f"{topic}[{partition}]"
+        #: the run form (origins.py, write_runs): the origin the destination's runs give at its end (its last run's,
+        #: or the destination's own), and how a run is appended (returns once acknowledged) before records of another
+        self.run_origin = run_origin or dst_uuid
+        self.append_run = append_run
         self.errors: list[str] = []
         #: the first delivery error after which nothing is known of where the writer's records are
         #: (kafka.UNCERTAIN_DELIVERY; also in `errors`), or "". Not a conflict: a gateway starts the
@@ -233,15 +240,118 @@ class OffsetPreservingWriter:
                 self._handed.append((checked, time.monotonic()))
         return queued
 
+    def write_runs(self, msgs: Sequence[Message], src_runs: Runs, src_uuid: str | None = None) -> int:
+        """Queue the records at or after `next`, each with exactly its own headers, their origins from the source
+        partition's runs (`src_runs`; `src_uuid` is the stream they were read from); returns how many were queued.
+
+        The origin is decided per batch: a batch inside one source run (the common case) goes to `_write_run` whole.
+        Before records of an origin other than the destination's runs give at its end are written, a run is appended
+        there (`append_run`, acknowledged before it returns)."""
+        source = src_uuid or self.src_uuid
+        queued = 0
+        i, n = 0, len(msgs)
+        while i < n:
+            first: int = msgs[i].offset()  # type: ignore[assignment]
+            origin, until = src_runs.span(first, source)
+            j = i + 1
+            if (msgs[n - 1].offset() or 0) < until:
+                j = n
+            else:
+                while j < n and (msgs[j].offset() or 0) < until:
+                    j += 1
+            queued += self._write_run(msgs[i:j] if i or j < n else msgs, origin)
+            i = j
+        return queued
+
+    def _write_run(self, msgs: Sequence[Message], origin: str) -> int:
+        """write_runs for records of one origin: the same decisions as `write`, made once for the batch where they
+        can be (the origin), per record where they cannot (the offsets)."""
+        produce = self.producer.produce
+        topic, partition, dst_uuid = self.topic, self.partition, self.dst_uuid
+        last = msgs[-1] if msgs else None
+        queued = nbytes = 0
+        nxt = self.next
+        checked = -1
+        if origin == dst_uuid:
+            # Published here first: never applied back (multi-master loops end here); offsets are the same in every
+            # copy, so the destination holds them already: move past them.
+            if self.origin is None:
+                self.origin = dst_uuid
+            if last is not None and (last.offset() or 0) >= nxt:
+                self.next = (last.offset() or 0) + 1
+            self.skipped += len(msgs)
+            return 0
+        try:
+            for m in msgs:
+                o: int = m.offset()  # type: ignore[assignment]
+                if o != nxt or origin != self.origin:
+                    if self.origin is None:
+                        self.origin = origin
+                    if o < nxt:
+                        if origin != self.origin:
+                            raise self._conflict(
+                                f"offset {o} comes from stream {origin}, the replica holds {self.origin}"
+                            )
+                        self.skipped += 1
+                        continue
+                    if origin != self.origin:
+                        raise self._conflict(
+                            f"offset {o} comes from stream {origin} while this partition holds records of"
+                            f" {self.origin} (the same topic is written in two streams)"
+                        )
+                    if origin != self.run_origin:
+                        if self.append_run is None:
+                            raise self._conflict(f"offset {nxt} would hold records of {origin} with no run for them")
+                        self.append_run(nxt, origin)  # acknowledged before any record it describes is written
+                        self.run_origin = origin
+                    while nxt < o:
+                        produce(topic, partition=partition, headers=policy.FILLER_ONLY, timestamp=0)
+                        nxt += 1
+                        queued += 1
+                _, ts = m.timestamp()
+                value = m.value()
+                # Positional arguments, as in `write`; the record's own headers object, untouched.
+                produce(
+                    topic,
+                    value,
+                    m.key(),
+                    partition,
+                    self._delivered(nxt, ts) if m is last else None,
+                    None,
+                    ts if ts > 0 else 0,
+                    m.headers(),
+                )
+                if value:
+                    nbytes += len(value)
+                if m is last:
+                    checked = nxt
+                nxt += 1
+                queued += 1
+        finally:
+            self.next = nxt
+            self.bytes += nbytes
+            self.records += queued
+            if checked >= 0:
+                self._handed.append((checked, time.monotonic()))
+        return queued
+
     def fill_to(self, end: int) -> int:
         """Write fillers up to `end` (the source's real end past records no longer visible)."""
         n = 0
+        origin = self.origin or self.src_uuid
+        headers = policy.filler_headers(origin)
+        if self.append_run is not None and self.next < end:
+            # The run form (write_runs): a filler's origin is its run's, as a record's.
+            headers = policy.FILLER_ONLY
+            if origin != self.run_origin:
+                self.append_run(self.next, origin)
+                self.run_origin = origin
         while self.next < end:
             cb = {"on_delivery": self._delivered(self.next)} if self.next == end - 1 else {}
             self.producer.produce(
                 self.topic,
                 partition=self.partition,
-                headers=policy.filler_headers(self.origin or self.src_uuid),
+                headers=headers,
                 timestamp=0,
                 **cb,
             )

@@ -30,6 +30,8 @@ TSTYPE = "streamrepl.tstype"
 OWN_HEADERS = frozenset({ORIGIN, FILLER, TSTYPE})
 
 Header = tuple[str, Any]
+#: a filler's headers in the run form (origins.py): its origin is the run's
+FILLER_ONLY: list[Header] = [(FILLER, b"1")]
 
 
 def origin_of(headers: Any, own_uuid: str) -> str:
