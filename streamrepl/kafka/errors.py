@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import Unreachable
+from ..masking import scrub
 from ..registry import Cluster
 from .tlscheck import tls_problem
 
@@ -108,13 +109,6 @@ def unreachable(cluster: Cluster, what: str = "") -> Unreachable:
         f"cluster '{cluster.name}' ({cluster.shown_bootstrap}) does not answer{detail};"
         " check that its brokers are up and the registry's bootstrap.servers"
     )
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    for s in secrets:
-        if s and len(s) >= 3:
-            text = text.replace(s, "********")
-    return text
 
 
 def describe_exception(e: BaseException, secrets: Iterable[str] = ()) -> tuple[int, str]:
