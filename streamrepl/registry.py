@@ -7,6 +7,7 @@ place that shows a cluster's properties goes through `masked()` (masking.py deci
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import stat
@@ -277,11 +278,9 @@ def parse(text: str, path: Path) -> Registry:
         if not isinstance(props, dict) or "bootstrap.servers" not in props:
             raise RegistryError(f"cluster '{name}' in {path} needs a 'bootstrap.servers' entry")
         for k, v in props.items():
-            if v is None or isinstance(v, dict | list):
-                raise RegistryError(
-                    f"property '{k}' of cluster '{name}' in {path} must be a single value"
-                    " (a librdkafka client property such as security.protocol: SASL_SSL)"
-                )
+            odd = _not_a_value(v)
+            if odd:
+                raise RegistryError(f"property '{k}' of cluster '{name}' in {path} {odd}")
             if is_secret(str(k)) and not isinstance(v, str):
                 # YAML turns 012345 into 5349, yes into true, a date into a date: the secret would change unseen.
                 raise RegistryError(
@@ -315,6 +314,20 @@ def parse(text: str, path: Path) -> Registry:
     if default not in clusters:
         raise RegistryError(f"default cluster '{default}' in {path} is not listed under 'clusters:'")
     return Registry(path=path, default=default, clusters=clusters)
+
+
+def _not_a_value(v: Any) -> str:
+    """What is wrong with a property's value as YAML gave it ("" when it is text, a number or a boolean): YAML's other
+    types would reach the Kafka client as Python's text for them (`!!binary aGVsbG8=` as "b'hello'")."""
+    if v is None or isinstance(v, dict | list | set | tuple):
+        return "must be a single value (a librdkafka client property such as security.protocol: SASL_SSL)"
+    if isinstance(v, bytes):
+        return "is binary data to YAML (!!binary), not text; write the value itself, as text"
+    if isinstance(v, datetime.date):
+        return "is a date to YAML, which would change it; put the value in quotes"
+    if not isinstance(v, str | int | float | bool):
+        return f"is not text to YAML ({type(v).__name__}); write the value as plain text"
+    return ""
 
 
 def _scalar(v: Any) -> str:
