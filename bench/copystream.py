@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from confluent_kafka import Producer
+from data import COMPRESSION, Records
 
 from streamrepl import stream_ops, streams, topics
 from streamrepl.bulk.copystream import copystream
@@ -30,25 +31,23 @@ def benchmark(
     """copystream's records/s for `n` records of `size` bytes, beside a plain producer's rate.
 
     Starts two embedded clusters and fills a source stream (`partitions` partitions) with a
-    plain confluent-kafka producer: records of `size` bytes with a key, a header and a
-    timestamp. The same producer loop then writes the same records into the destination's
+    plain confluent-kafka producer: bench/data.py's records of `size`-byte values (written with
+    lz4, as users write JSON). The same producer loop then writes the same records into the destination's
     broker (the ceiling), copystream copies the source stream into a new stream on that
     broker (Spark start-up reported apart), and the plain producer runs once more: the two
     plain figures show how much the machine's load moved during the run.
     """
 
     def plain(bootstrap: str, kt: str) -> float:
-        """Records/s of a plain producer with librdkafka's defaults."""
-        p = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
-        value = b"v" * size
-        headers: list[tuple[str, str | bytes | None]] = [("seq", b"12345678")]
-        ts = int(time.time() * 1000)
+        """Records/s of a plain producer with librdkafka's defaults (and lz4)."""
+        p = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "compression.type": COMPRESSION})
         produce, poll = p.produce, p.poll
         t0 = time.monotonic()
         for i in range(n):
+            k, v, h, ts = data.key(i), data.value(i), data.headers(i), data.timestamp(i)
             while True:
                 try:
-                    produce(kt, value, key=b"k%d" % i, partition=i % partitions, headers=headers, timestamp=ts + i)
+                    produce(kt, v, key=k, partition=i % partitions, headers=h, timestamp=ts)
                     break
                 except BufferError:
                     poll(0.005)
@@ -59,6 +58,7 @@ def benchmark(
             raise StreamreplError(f"{left} benchmark records were not acknowledged")
         return n / (time.monotonic() - t0)
 
+    data = Records(size)
     with EphemeralClusters(["benchsrc", "benchdst"]) as ec:
         reg = load_registry(str(ec.registry_path))
         for path in ("/benchsrc/bench", "/benchdst/plain1", "/benchdst/plain2"):
@@ -87,6 +87,7 @@ def benchmark(
             "copystream_seconds": round(res.seconds, 2),
             "spark_startup_seconds": round(res.spark_seconds, 2),
             "ratio": round(res.rate / ceiling, 3),
+            "data": data.about(),
         }
 
 

@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Producer, TopicPartition
+from data import COMPRESSION, Records
 from provenance import provenance
 from run import PARTITIONS, compare_copies, join_wait  # bench/ is on the path: this file runs as a script
 
@@ -141,14 +142,16 @@ def one_run(ec: EphemeralClusters, logdir: Path, name: str, sig: signal.Signals,
     topic = f"sr.{name}.t"
     names = [f"{name}-a", f"{name}-b"]
     gws = {n: start_gateway(logdir, n) for n in names}
-    p = Producer({"bootstrap.servers": ec.brokers[SRC].bootstrap, "linger.ms": 1})
+    p = Producer({"bootstrap.servers": ec.brokers[SRC].bootstrap, "linger.ms": 1, "compression.type": COMPRESSION})
+    data = Records(100)
     stop = threading.Event()
     sent = [0]
 
     def producer() -> None:
         while not stop.is_set():
             for _ in range(rate // 100):
-                p.produce(topic, b"v" * 100, str(sent[0]).encode(), partition=sent[0] % PARTITIONS)
+                i = sent[0]  # bench/data.py's keys are unique: compare_copies matches records by key
+                p.produce(topic, data.value(i), data.key(i), partition=i % PARTITIONS, headers=data.headers(i))
                 sent[0] += 1
             p.poll(0)
             time.sleep(0.01)
@@ -271,6 +274,7 @@ def main() -> int:
             f" {r['lost']} | {r['doubled']} | {r['misplaced']} |"
         )
     if args.json:
+        about["data"] = Records(100).about()
         Path(args.json).write_text(json.dumps({**about, "runs": results}, indent=1) + "\n")
     return 0
 

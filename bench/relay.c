@@ -3,7 +3,13 @@
  * librdkafka consume -> produce in C, no Python: every record of partitions 0..P-1 of the source topic is
  * produced into the same partition of the destination topic, in the order it was read (so in offset order per
  * partition), with its key, value, timestamp and headers, plus one origin header (what the gateway adds).
- * Exits when N records are relayed and every one is acknowledged; prints the seconds taken from its start.
+ * Exits when N records are relayed and every one is acknowledged; prints the records and the seconds taken from
+ * its start of work.
+ *
+ * With RELAY_WAIT=1 in the environment it starts the way bench/run.py times every relay: it makes its clients and
+ * reads the metadata of both topics (its connections made, as a running gateway's are), prints "ready", and waits
+ * for a line on stdin before it assigns the source; once all is acknowledged it prints its figures and waits for
+ * stdin to close before it exits (bench/run.py reads its CPU time from /proc while it is still there).
  *
  * Built by bench/setup against the confluent-kafka wheel's own librdkafka, with the header of Debian's
  * librdkafka-dev (an older version: only API present in both is used here).
@@ -11,7 +17,7 @@
  * usage: relay SRC_BOOTSTRAP DST_BOOTSTRAP SRC_TOPIC DST_TOPIC PARTITIONS RECORDS ORIGIN [c.NAME=VALUE|p.NAME=VALUE]...
  * (the optional c./p. properties override the consumer's and the producer's settings: for trying the yardstick's
  * own tuning). With RELAY_STATS=PREFIX in the environment both clients write librdkafka's statistics every 500 ms
- * (and a last time after the flush) to PREFIX-consumer.jsonl / PREFIX-producer.jsonl (bench/request_mix.py).
+ * (and a last time after the flush) to PREFIX-consumer.jsonl / PREFIX-producer.jsonl (bench/probes/request_mix.py).
  */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -73,6 +79,17 @@ static void with_stats(rd_kafka_conf_t *conf) {
     rd_kafka_conf_set_stats_cb(conf, on_stats);
 }
 
+/* The metadata of one topic, read through the client: its bootstrap and leader connections made before the clock. */
+static void warm(rd_kafka_t *rk, const char *topic) {
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 30000);
+    if (e)
+        die("metadata", rd_kafka_err2str(e));
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     (void)rk;
     (void)opaque;
@@ -89,6 +106,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     double t0 = now();
+    int wait = getenv("RELAY_WAIT") != NULL;
     const char *dst_topic = argv[4], *origin = argv[7];
     int partitions = atoi(argv[5]);
     long want = atol(argv[6]);
@@ -128,6 +146,17 @@ int main(int argc, char **argv) {
     rd_kafka_t *producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof err);
     if (!producer)
         die("producer", err);
+
+    if (wait) {
+        warm(consumer, argv[3]);
+        warm(producer, dst_topic);
+        printf("ready\n");
+        fflush(stdout);
+        char line[64];
+        if (!fgets(line, sizeof line, stdin))
+            die("start", "stdin closed before the go");
+        t0 = now();
+    }
 
     rd_kafka_topic_partition_list_t *tps = rd_kafka_topic_partition_list_new(partitions);
     for (int i = 0; i < partitions; i++)
@@ -178,6 +207,13 @@ int main(int argc, char **argv) {
     if (rd_kafka_flush(producer, 120000))
         die("flush", "records not acknowledged within 120 s");
     double seconds = now() - t0;
+    if (wait) {
+        printf("%ld %.6f\n", done, seconds);
+        fflush(stdout);
+        char line[64];
+        while (fgets(line, sizeof line, stdin))
+            ;
+    }
     for (int i = 0; stats_prefix && i < 6; i++) {  // one more snapshot of both, after the last record
         rd_kafka_poll(producer, 100);
         rd_kafka_poll(consumer, 0);
@@ -188,6 +224,7 @@ int main(int argc, char **argv) {
     rd_kafka_destroy(producer);
     if (delivery_errors)
         die("delivery", "some records were not delivered");
-    printf("%ld %.6f\n", done, seconds);
+    if (!wait)
+        printf("%ld %.6f\n", done, seconds);
     return 0;
 }

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from data import COMPRESSION, Records
 from provenance import provenance  # bench/ is on the path: this file runs as a script
 
 from streamrepl import registry, replicas
@@ -52,9 +53,10 @@ def one_run(i: int, src_bs: str, dst_bs: str) -> float:
     cli("stream", "topic", "create", "-path", dst, "-topic", "t")
     cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", "true")
     cli("stream", "upstream", "add", "-path", dst, "-upstream", src)
-    p = Producer({"bootstrap.servers": src_bs})
+    p = Producer({"bootstrap.servers": src_bs, "compression.type": COMPRESSION})
+    data = Records(100)
     for k in range(100):
-        p.produce(f"sr.{name}.t", value=b"v" * 100, key=b"k%d" % k, partition=0)
+        p.produce(f"sr.{name}.t", value=data.value(k), key=data.key(k), partition=0, headers=data.headers(k))
     p.flush(30)
     time.sleep(3)  # the gateway has read the plan with the paused link (a full read every 2 s)
     c = Consumer({"bootstrap.servers": dst_bs, "group.id": f"probe-{name}"})
@@ -113,6 +115,7 @@ def main() -> int:
     if args.json:
         res = {
             **about,
+            "data": Records(100).about(),
             "broker": args.broker,
             "runs_s": [round(t, 3) for t in times],
             "median_s": round(median, 3),

@@ -4,6 +4,10 @@ Run:  .venv/bin/python bench/run.py [--records N] [--json out.json]
 
 Everything runs in one process tree against embedded Tansu brokers started here, so the ratios
 are measured in one run on the same machine (absolute figures on a shared machine drift).
+The records are bench/data.py's (JSON order events, written with lz4 as users write them); --repeated-sizes adds
+the older runs' values (one repeated byte) as rows of their own. Every relay is timed alike, from outside: from its
+start of work (its clients connected, the gateway holding its slots) to the destination holding the last record,
+read from the destination's watermarks and last batches (watch_until_landed).
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from data import COMPRESSION, Records, about_repeated_byte
 from provenance import provenance
 
 from streamrepl.local import EphemeralClusters
 
 SRC, DST = "sanfrancisco", "newyork"
 PARTITIONS = 4
-VALUE = b"v" * 100  # the latency and failover runs' value; throughput runs take --sizes
+SMALL = 100  # the value size of the latency and failover runs; throughput runs take --sizes
 PY = sys.executable
 BIN = str(Path(PY).with_name("streamrepl"))
 C_RELAY = Path(__file__).with_name(".build") / "relay"  # bench/relay.c, compiled by bench/setup
@@ -41,7 +46,33 @@ C_RELAY = Path(__file__).with_name(".build") / "relay"  # bench/relay.c, compile
 # the goal's yardstick (DESIGN: 0.9x the fastest exact relay of the same run). The plain C relay and the hand-written
 # loop (neither idempotent) stay the "fastest relay" of the older tables.
 EXACT_RELAYS = ("c_relay_idempotent",)
+VALUES = "bench/data.py"  # a throughput row's values: the records users send ...
+VALUES_REPEATED = "one repeated byte"  # ... or the older benchmarks' b"v" * size
 LATEST = -1  # ListOffsets' "latest" (offsets_for_times): a partition's high watermark
+#: what a run writes: bench/data.py's records, or (bytes) one repeated value, the older benchmarks' b"v" * size
+Data = Records | bytes
+_records: dict[int, Records] = {}
+
+
+def records(size: int) -> Records:
+    """bench/data.py's records of `size`-byte values, made once a process (the same seed: the same records)."""
+    if size not in _records:
+        _records[size] = Records(size)
+    return _records[size]
+
+
+def value_bytes(data: Data) -> int:
+    return data.size if isinstance(data, Records) else len(data)
+
+
+def record_bytes(data: Data) -> int:
+    """A record's key and value, for MB/s."""
+    return value_bytes(data) + (len(data.key(500_000)) if isinstance(data, Records) else 6)
+
+
+def about(data: Data) -> dict:
+    """How the data was made, for the results file."""
+    return data.about() if isinstance(data, Records) else about_repeated_byte(len(data))
 
 
 def log(msg: str) -> None:
@@ -61,24 +92,33 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> Non
         f.result(30)
 
 
-def fill(bootstrap: str, topic: str, n: int, value: bytes = VALUE, partitions: int = PARTITIONS) -> float:
-    """Write n records (key, value, one header, a timestamp) as fast as possible; seconds taken."""
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 5,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "batch.num.messages": 10_000,
-        }
-    )
-    hdr = [("h", b"bench")]
-    ts = int(time.time() * 1000)
+def delete_topic(bootstrap: str, name: str) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    for f in a.delete_topics([name]).values():
+        with contextlib.suppress(KafkaException):
+            f.result(30)
+
+
+def fill(bootstrap: str, topic: str, n: int, data: Data | None = None, partitions: int = PARTITIONS) -> float:
+    """Write n records as fast as possible, round-robin over the partitions, with a producer of ordinary settings
+    (librdkafka's defaults; lz4 for bench/data.py's records, none for a repeated value); seconds taken. `data`:
+    bench/data.py's records (100 B by default) or one repeated value (key str(i), one header, one timestamp)."""
+    data = records(SMALL) if data is None else data
+    conf = {"bootstrap.servers": bootstrap}
+    if isinstance(data, Records):
+        conf["compression.type"] = COMPRESSION
+    p = Producer(conf)
+    if isinstance(data, Records):
+        key, value, headers, stamp = data.key, data.value, data.headers, data.timestamp
+    else:
+        hdr, ts = [("h", b"bench")], int(time.time() * 1000)
+        key, value, headers, stamp = (lambda i: b"%d" % i), (lambda i: data), (lambda i: hdr), (lambda i: ts)
     t0 = time.perf_counter()
     for i in range(n):
+        k, v, h, ts = key(i), value(i), headers(i), stamp(i)
         while True:
             try:
-                p.produce(topic, value, str(i).encode(), partition=i % partitions, headers=hdr, timestamp=ts)
+                p.produce(topic, v, k, partition=i % partitions, headers=h, timestamp=ts)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -134,8 +174,9 @@ def landed(cluster: object, topic: str, n: int, c: Consumer, partitions: list[in
     return count(cluster, topic, c) if highs >= n - 10_000 * len(partitions) else highs
 
 
-def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float:
-    """What a user writes without this tool: consume a batch, produce each record, flush at the end."""
+def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int, partitions: int = PARTITIONS) -> None:
+    """What a user writes without this tool: consume a batch, produce each record, flush at the end. Run as a
+    child of this script (`--hand-written`) so that it is timed like the other relays (ready_go)."""
     c = Consumer(
         {
             "bootstrap.servers": src,
@@ -144,18 +185,14 @@ def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> 
             "enable.auto.commit": False,
         }
     )
-    p = Producer(
-        {
-            "bootstrap.servers": dst,
-            "linger.ms": 5,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "batch.num.messages": 10_000,
-        }
-    )
-    c.assign([TopicPartition(src_topic, i, 0) for i in range(PARTITIONS)])
-    done = 0
+    p = Producer({"bootstrap.servers": dst})  # librdkafka's defaults, as a user's loop has them
+    c.list_topics(src_topic, timeout=30)  # the connections made before the clock, as the others' are
+    p.list_topics(dst_topic, timeout=30)
+    print("ready", flush=True)
+    sys.stdin.readline()
     t0 = time.perf_counter()
+    c.assign([TopicPartition(src_topic, i, 0) for i in range(partitions)])
+    done = 0
     while done < n:
         for m in c.consume(10_000, timeout=0.5):
             if m.error():
@@ -176,31 +213,143 @@ def hand_written(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> 
             done += 1
         p.poll(0)
     p.flush(120)
-    dt = time.perf_counter() - t0
+    print(done, round(time.perf_counter() - t0, 6), flush=True)
+    sys.stdin.read()  # until the bench has read this process's CPU time
     c.close()
-    return dt
+
+
+def watch_until_landed(
+    c: Consumer,
+    topic: str,
+    n: int,
+    t0: float,
+    timeout: float,
+    partitions: int | None = None,
+    gone: Callable[[], bool] = lambda: False,
+) -> dict:
+    """Poll the destination every 50 ms (landed) from t0 until it holds n records of `topic`: the records there, when
+    the first and the last were seen. The one end of every relay's clock, read from outside the relay. `gone`: the
+    relay has exited (it will write no more: one more look, then the answer)."""
+    got, first = 0, None
+    parts = list(range(partitions)) if partitions else None
+    while time.perf_counter() - t0 < timeout:
+        got = landed(None, topic, n, c, parts)
+        if got and parts is None:
+            parts = list(range(len(c.list_topics(topic, timeout=10).topics[topic].partitions)))
+        if got and first is None:
+            first = (time.perf_counter(), got)
+        if got >= n:
+            break
+        if gone():
+            got = max(got, landed(None, topic, n, c, parts))
+            break
+        time.sleep(0.05)
+    end = time.perf_counter()
+    dt = end - t0
+    steady = (got - first[1]) / (end - first[0]) if first and end > first[0] and got > first[1] else None
+    return {
+        "seconds": round(dt, 3),
+        "records_s": round(got / dt) if dt > 0 else 0,
+        "delivered": got,
+        "complete": got >= n,
+        "steady_records_s": round(steady) if steady else None,
+        "first_record_s": round(first[0] - t0, 3) if first else None,
+    }
+
+
+def reader(bootstrap: str) -> Consumer:
+    """The outside reader of a destination: a consumer that only asks for watermarks and reads last batches."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-reader-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+
+
+def ready_go(
+    argv: list[str],
+    dst: str,
+    dst_topic: str,
+    n: int,
+    partitions: int,
+    cpu: CpuMeter | None = None,
+    timeout: float = 600,
+    env: dict | None = None,
+) -> dict:
+    """Run a relay that says "ready" once its clients are connected and starts on a line on stdin (bench/relay.c
+    with RELAY_WAIT, the hand-written loop): its clock and its CPU from the go to the destination holding the last
+    record, read from outside (watch_until_landed), as the gateway's are from `replica resume`. A row, or
+    {"error": why}."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, **(env or {})}
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def why() -> str:
+        err.seek(0)
+        lines = err.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else f"exit {proc.returncode}"
+
+    c = reader(dst)
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            proc.wait(30)
+            return {"error": f"{Path(argv[0]).name} did not start: {why()}"}
+        if cpu is not None:
+            cpu.start([proc.pid])
+        t0 = time.perf_counter()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        row = watch_until_landed(c, dst_topic, n, t0, timeout, partitions, lambda: proc.poll() is not None)
+        used = cpu.stop(max(row["delivered"], 1)) if cpu is not None else {}
+        own = proc.stdout.readline().split()  # its own count and seconds, from the go to its flush
+        proc.stdin.close()
+        proc.wait(60)
+        if proc.returncode:
+            return {"error": f"{Path(argv[0]).name} failed: {why()}"}
+        return {**used, **row, "own_seconds": float(own[1]) if len(own) == 2 else None}
+    finally:
+        c.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def c_relay_run(
+    src: str,
+    dst: str,
+    src_topic: str,
+    dst_topic: str,
+    n: int,
+    partitions: int = PARTITIONS,
+    overrides: tuple = (),
+    cpu: CpuMeter | None = None,
+) -> dict:
+    """bench/relay.c: librdkafka consume -> produce in C, one origin header added per record, timed by ready_go.
+    `overrides`: the relay's c./p. settings (e.g. "p.enable.idempotence=true", the idempotent relay)."""
+    if not C_RELAY.exists():
+        return {"error": "no C relay (run bench/setup)"}
+    origin = "00000000-0000-4000-8000-00000000c0de"  # as long as a stream's uuid, like the gateway's header
+    argv = [str(C_RELAY), src, dst, src_topic, dst_topic, str(partitions), str(n), origin, *overrides]
+    return ready_go(argv, dst, dst_topic, n, partitions, cpu, env={"RELAY_WAIT": "1"})
 
 
 def c_relay(
     src: str, dst: str, src_topic: str, dst_topic: str, n: int, partitions: int = PARTITIONS, overrides: tuple = ()
 ) -> float | str:
-    """bench/relay.c: librdkafka consume -> produce in C, one origin header added per record. Seconds from its
-    start (process start-up included) until all n are acknowledged, or why it could not run. `overrides`: the
-    relay's c./p. settings (e.g. "p.enable.idempotence=true", the idempotent relay of bench/wan.py)."""
-    if not C_RELAY.exists():
-        return "no C relay (run bench/setup)"
-    origin = "00000000-0000-4000-8000-00000000c0de"  # as long as a stream's uuid, like the gateway's header
-    t0 = time.perf_counter()
-    r = subprocess.run(
-        [str(C_RELAY), src, dst, src_topic, dst_topic, str(partitions), str(n), origin, *overrides],
-        capture_output=True,
-        text=True,
-    )
-    dt = time.perf_counter() - t0
-    if r.returncode:
-        why = r.stderr.strip().splitlines()
-        return f"C relay failed: {why[-1] if why else r.returncode}"
-    return dt
+    """c_relay_run's seconds (from its start of work to the destination holding the last record), or why not."""
+    r = c_relay_run(src, dst, src_topic, dst_topic, n, partitions, overrides)
+    return r["error"] if "error" in r else float(r["seconds"])
+
+
+def hand_written_run(src: str, dst: str, src_topic: str, dst_topic: str, n: int, cpu: CpuMeter) -> dict:
+    argv = [PY, __file__, "--hand-written", src, dst, src_topic, dst_topic, str(n)]
+    return ready_go(argv, dst, dst_topic, n, PARTITIONS, cpu)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -266,7 +415,8 @@ def latency(src: str, dst_cluster: object, src_topic: str, dst_topic: str, rate:
 
     th = threading.Thread(target=reader, daemon=True)
     th.start()
-    p = Producer({"bootstrap.servers": src, "linger.ms": 1})
+    p = Producer({"bootstrap.servers": src, "linger.ms": 1, "compression.type": COMPRESSION})
+    data = records(SMALL)
     total = int(rate * seconds)
     step = 0.01  # produce in 10 ms slices
     per = max(1, int(rate * step))
@@ -280,11 +430,11 @@ def latency(src: str, dst_cluster: object, src_topic: str, dst_topic: str, rate:
         for _ in range(min(per, total - sent)):
             p.produce(
                 src_topic,
-                VALUE,
-                str(sent).encode(),
+                data.value(sent),
+                data.key(sent),
                 partition=sent % PARTITIONS,
-                headers=[("h", b"lat")],
-                timestamp=int(time.time() * 1000),
+                headers=data.headers(sent),
+                timestamp=int(time.time() * 1000),  # now, not the data's: the latency is read from it
             )
             sent += 1
         p.poll(0)
@@ -319,25 +469,46 @@ def time_cmd(args: list[str], runs: int = 5) -> float:
     return statistics.median(ts)
 
 
-def kcat_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int) -> float | str:
-    """kcat consuming the source piped into kcat producing to the destination (key and value kept).
-    Seconds taken, or why it could not run."""
+def kcat_relay(src: str, dst: str, src_topic: str, dst_topic: str, n: int, cpu: CpuMeter) -> dict:
+    """kcat consuming the source piped into kcat producing to the destination (key and value kept, headers and
+    timestamps not: no exact relay). kcat has no ready signal: its clock starts as it is launched (a C program's
+    start-up and its connections, tens of ms) and ends, like the others', when the destination holds the last record."""
     if shutil.which("kcat") is None:
-        return "kcat not on PATH (bench/setup installs it)"
+        return {"error": "kcat not on PATH (bench/setup installs it)"}
+    cerr, perr = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # files: a full pipe would stall kcat
     t0 = time.perf_counter()
     consume = subprocess.Popen(
         ["kcat", "-C", "-b", src, "-t", src_topic, "-o", "beginning", "-e", "-q", "-K", "\t", "-c", str(n)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=cerr,
     )
-    produce = subprocess.run(
-        ["kcat", "-P", "-b", dst, "-t", dst_topic, "-K", "\t"], stdin=consume.stdout, capture_output=True
+    produce = subprocess.Popen(
+        ["kcat", "-P", "-b", dst, "-t", dst_topic, "-K", "\t"], stdin=consume.stdout, stderr=perr
     )
-    _, err = consume.communicate()
-    if consume.returncode or produce.returncode:
-        why = (err or produce.stderr).decode(errors="replace").strip().splitlines()
-        return f"kcat failed: {why[-1] if why else consume.returncode}"
-    return time.perf_counter() - t0
+    assert consume.stdout is not None
+    consume.stdout.close()  # the producer's, now
+    cpu.start([consume.pid, produce.pid])
+    c = reader(dst)
+    try:
+        gone = lambda: consume.poll() is not None and produce.poll() is not None  # noqa: E731
+        row = watch_until_landed(c, dst_topic, n, t0, 300, PARTITIONS, gone)
+        used = cpu.stop(max(row["delivered"], 1))
+    finally:
+        c.close()
+        for proc in (consume, produce):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if consume.returncode or produce.returncode or not row["complete"]:
+        cerr.seek(0)
+        perr.seek(0)
+        why = (cerr.read() + perr.read()).decode(errors="replace").strip().splitlines()
+        return {
+            "error": f"kcat failed ({row['delivered']:,} of {n:,} landed): {why[-1] if why else consume.returncode}"
+        }
+    return {**used, **row}
 
 
 def start_gateway(logdir: Path, name: str, *extra: str) -> subprocess.Popen:
@@ -407,7 +578,7 @@ def gateway_throughput(
     dst_cluster: object,
     logdir: Path,
     n: int,
-    value: bytes,
+    data: Data,
     gateways: int,
     timeout: float,
     cpu: CpuMeter,
@@ -422,10 +593,11 @@ def gateway_throughput(
     (bench/wan.py adds the round trip there)."""
     from streamrepl import kafka
 
-    name = (f"g{len(value)}w{workers}" if workers else f"g{len(value)}x{gateways}") + suffix
+    size = value_bytes(data)
+    name = (f"g{size}w{workers}" if workers else f"g{size}x{gateways}") + suffix
     src, dst = new_link(name, ["t"], paused=True, partitions=partitions)
     cli("stream", "topic", "create", "-path", dst, "-topic", "t")
-    fill(sb, f"sr.{name}.t", n, value, partitions)
+    fill(sb, f"sr.{name}.t", n, data, partitions)
     if filled is not None:
         filled()
     if workers:
@@ -468,16 +640,8 @@ def gateway_throughput(
         cpu.start(pids)
         t0 = time.perf_counter()
         c = kafka.consumer(dst_cluster)  # type: ignore[arg-type]
-        got, first = 0, None
-        while time.perf_counter() - t0 < timeout:
-            got = landed(dst_cluster, f"sr.{name}.t", n, c, list(range(partitions)) if got else None)
-            if got and first is None:
-                first = (time.perf_counter(), got)
-            if got >= n:
-                break
-            time.sleep(0.05)
-        end = time.perf_counter()
-        used = cpu.stop(max(got, 1))
+        row = watch_until_landed(c, f"sr.{name}.t", n, t0, timeout)
+        used = cpu.stop(max(row["delivered"], 1))
         c.close()
         rss = [rss_peak(p) for p in pids]
         if profiler is not None:
@@ -492,19 +656,15 @@ def gateway_throughput(
         # during their run (450-800 more fetches on the source, 5-7 MB read on each side; the brokers' column up
         # by 1-2 us a record at 1 KiB), which the C relay and the loop never do.
         cli("stream", "replica", "remove", "-path", src, "-replica", dst, check=False)
-    dt = end - t0
-    steady = (got - first[1]) / (end - first[0]) if first and end > first[0] and got > first[1] else None
+        # And the records go, for the memory (Tansu keeps them all in it): 2.4 GB a row at 1 KiB, 1,000,000 records.
+        for path in (dst, src):
+            cli("stream", "delete", "-path", path, check=False)
+    # first_record_s: from `replica resume` (the command returned) to the first replicated record seen
     return {
         "gateways": gateways,
         "workers": workers,
-        "seconds": round(dt, 3),
-        "records_s": round(got / dt),
-        "delivered": got,
-        "complete": got >= n,
-        "steady_records_s": round(steady) if steady else None,
-        # from `replica resume` (the command returned) to the first replicated record seen (polled every 50 ms)
-        "first_record_s": round(first[0] - t0, 3) if first else None,
-        "MB_s": round(got * (len(value) + 13) / dt / 1e6, 1),
+        **row,
+        "MB_s": round(row["delivered"] * record_bytes(data) / row["seconds"] / 1e6, 1),
         "peak_rss_MB": max((r for r in rss if r), default=None),
         **used,
         "idle_relay_cpu_pct": round(idle[0] * 100, 1),
@@ -519,65 +679,56 @@ def relay_round(
     dst_cluster: object,
     logdir: Path,
     n: int,
-    value: bytes,
+    data: Data,
     tag: str,
     cpu: CpuMeter,
     skip: set[str],
     rnd: int,
 ) -> dict[str, dict]:
-    """One run of every relay over the n records of bench.src<size>, each into a topic of its own (`tag`)."""
-    size = len(value)
-    rec_bytes = size + 13
+    """One run of every relay over the n records of bench.src<tag's size>, each into a topic of its own (`tag`),
+    deleted once measured (Tansu keeps every record in memory: a round at 1 KiB wrote 5 GB)."""
+    src_topic = f"bench.src{tag.split('r')[0]}"
     out: dict[str, dict] = {}
 
-    def result(dt: float | str, topic: str, used: dict | None = None) -> dict:
-        """A relay's row: what it moved into `topic` in dt seconds, or why it could not run (dt a string)."""
-        if isinstance(dt, str):
-            return {"error": dt}
-        return {
-            **(used or {}),
-            "records_s": round(n / dt),
-            "MB_s": round(n * rec_bytes / dt / 1e6, 1),
-            "delivered": count(dst_cluster, topic),
-        }
+    def result(r: dict, topic: str) -> dict:
+        if "error" not in r:
+            r["MB_s"] = round(r["delivered"] * record_bytes(data) / r["seconds"] / 1e6, 1)
+        delete_topic(db, topic)
+        return r
 
     def loop() -> dict:
-        log(f"{size} B, round {rnd + 1}: hand-written consume-then-produce loop")
+        log(f"{tag}, round {rnd + 1}: hand-written consume-then-produce loop")
         create_topic(db, f"bench.hw{tag}")
-        cpu.start()
-        dt: float | str = hand_written(sb, db, f"bench.src{size}", f"bench.hw{tag}", n)
-        return result(dt, f"bench.hw{tag}", cpu.stop(n))
+        return result(hand_written_run(sb, db, src_topic, f"bench.hw{tag}", n, cpu), f"bench.hw{tag}")
 
     def c() -> dict:
-        log(f"{size} B, round {rnd + 1}: C relay")
+        log(f"{tag}, round {rnd + 1}: C relay")
         create_topic(db, f"bench.c{tag}")
-        cpu.start()
-        dt = c_relay(sb, db, f"bench.src{size}", f"bench.c{tag}", n)
-        return result(dt, f"bench.c{tag}", cpu.stop(n))
+        return result(c_relay_run(sb, db, src_topic, f"bench.c{tag}", n, cpu=cpu), f"bench.c{tag}")
 
     def c_idempotent() -> dict:
         # The yardstick of the goal "0.9x the fastest exact relay": the gateway's delivery guarantee
         # (an idempotent producer) in C, no Python; the plain C relay above is reported beside it for reference.
-        log(f"{size} B, round {rnd + 1}: idempotent C relay")
+        log(f"{tag}, round {rnd + 1}: idempotent C relay")
         create_topic(db, f"bench.ci{tag}")
-        cpu.start()
-        dt = c_relay(sb, db, f"bench.src{size}", f"bench.ci{tag}", n, overrides=("p.enable.idempotence=true",))
-        return result(dt, f"bench.ci{tag}", cpu.stop(n))
+        r = c_relay_run(sb, db, src_topic, f"bench.ci{tag}", n, overrides=("p.enable.idempotence=true",), cpu=cpu)
+        return result(r, f"bench.ci{tag}")
 
     suffix = "" if rnd == 0 else f"r{rnd}"
+    suffix += "" if isinstance(data, Records) else "b"
 
     def gateways(g: int) -> Callable[[], dict]:
         def run() -> dict:
-            log(f"{size} B, round {rnd + 1}: {g} gateway process(es)")
-            return gateway_throughput(sb, dst_cluster, logdir, n, value, g, a.gateway_timeout, cpu, suffix=suffix)
+            log(f"{tag}, round {rnd + 1}: {g} gateway process(es)")
+            return gateway_throughput(sb, dst_cluster, logdir, n, data, g, a.gateway_timeout, cpu, suffix=suffix)
 
         return run
 
     def workers(w: int) -> Callable[[], dict]:
         def run() -> dict:
-            log(f"{size} B, round {rnd + 1}: one gateway start -workers {w}")
+            log(f"{tag}, round {rnd + 1}: one gateway start -workers {w}")
             return gateway_throughput(
-                sb, dst_cluster, logdir, n, value, 1, a.gateway_timeout, cpu, workers=w, suffix=suffix
+                sb, dst_cluster, logdir, n, data, 1, a.gateway_timeout, cpu, workers=w, suffix=suffix
             )
 
         return run
@@ -589,18 +740,15 @@ def relay_round(
     ]
     steps += [(f"gateway{g}", gateways(g)) for g in (int(x) for x in a.gateways.split(",") if x)]
     steps += [(f"workers{w}", workers(w)) for w in (int(x) for x in a.workers.split(",") if x)]
-    # Each round starts one relay further on: every relay writes to brokers that hold the records of the relays run
-    # before it (Tansu keeps them all in memory), and a run's rounds got slower as they filled (1 KiB, three runs at
-    # e596213: the relays of the first rounds 104-206k/s, of the third 101-135k/s). In a fixed order the gateway
-    # always ran last, into the fullest brokers of its round.
+    # Each round starts one relay further on: in a fixed order the gateway always ran last, into brokers that held
+    # the most (the relays' topics are deleted once measured now, but the gateways' streams stay until the end).
     k = rnd % len(steps)
     for key, step in steps[k:] + steps[:k]:
         out[key] = step()
-    if rnd == 0:
-        log(f"{size} B: kcat | kcat")
+    if rnd == 0 and "kcat" not in skip:
+        log(f"{tag}: kcat | kcat")
         create_topic(db, f"bench.kcat{tag}")
-        dt = "skipped" if "kcat" in skip else kcat_relay(sb, db, f"bench.src{size}", f"bench.kcat{tag}", n)
-        out["kcat"] = result(dt, f"bench.kcat{tag}")
+        out["kcat"] = result(kcat_relay(sb, db, src_topic, f"bench.kcat{tag}", n, cpu), f"bench.kcat{tag}")
     return out
 
 
@@ -711,14 +859,16 @@ def failover(sb: str, src_cluster: object, dst_cluster: object, logdir: Path, ra
     # SIGTERM of its parent-death signal (a planned stop).
     gws = {name: start_gateway(logdir, name, "-supervise", "false") for name in ("fo-a", "fo-b")}
     slots_settled(logdir, list(gws))
-    p = Producer({"bootstrap.servers": sb, "linger.ms": 1})
+    p = Producer({"bootstrap.servers": sb, "linger.ms": 1, "compression.type": COMPRESSION})
+    data = records(SMALL)
     stop = threading.Event()
     sent = [0]
 
     def producer() -> None:
         while not stop.is_set():
             for _ in range(rate // 100):
-                p.produce("sr.fo.f", VALUE, str(sent[0]).encode(), partition=sent[0] % PARTITIONS)
+                i = sent[0]
+                p.produce("sr.fo.f", data.value(i), data.key(i), partition=i % PARTITIONS, headers=data.headers(i))
                 sent[0] += 1
             p.poll(0)
             time.sleep(0.01)
@@ -801,7 +951,7 @@ def produce_latency(logdir: Path, n: int = 500, reg: object = None) -> dict:
                 times, synchronous = [], 0
                 for i in range(n):
                     t0 = time.perf_counter()
-                    d = p.send(value=VALUE, key=str(i).encode())
+                    d = p.send(value=records(SMALL).value(i), key=records(SMALL).key(i))
                     times.append((time.perf_counter() - t0) * 1000)
                     synchronous += bool(d.synchronous)
             times.sort()
@@ -825,10 +975,84 @@ def copystream_run(n: int) -> dict:
     return json.loads(r.stdout)
 
 
+def throughput_block(
+    a: argparse.Namespace,
+    ec: EphemeralClusters,
+    logdir: Path,
+    n: int,
+    data: Data,
+    gateway_counts: list[int],
+    worker_counts: list[int],
+    skip: set[str],
+) -> dict:
+    """Every relay over the same n records of one size and kind, a.rounds times: one row of the table."""
+    os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
+    os.environ.pop("STREAMREPL_IDENTITY", None)
+    from streamrepl import registry
+
+    dst_cluster = registry.load().get(DST)
+    sb, db = ec.brokers[SRC].bootstrap, ec.brokers[DST].bootstrap
+    cpu = CpuMeter([ec.brokers[SRC].pid, ec.brokers[DST].pid])
+    size = value_bytes(data)
+    tag = f"{size}" if isinstance(data, Records) else f"{size}b"
+    row: dict = {"value_bytes": size, "values": VALUES_REPEATED if isinstance(data, bytes) else VALUES, **about(data)}
+    log(f"{tag}: ceiling, {n} records into {DST}")
+    create_topic(db, f"bench.ceiling{tag}")
+    dt = fill(db, f"bench.ceiling{tag}", n, data)
+    row["ceiling"] = {"records_s": round(n / dt), "MB_s": round(n * record_bytes(data) / dt / 1e6, 1)}
+    delete_topic(db, f"bench.ceiling{tag}")
+    create_topic(sb, f"bench.src{tag}")
+    fill(sb, f"bench.src{tag}", n, data)
+    gateway_rows = [f"gateway{g}" for g in gateway_counts] + [f"workers{w}" for w in worker_counts]
+    # Each round runs every relay once more, in turn (relay_round), into topics of its own: on a shared
+    # machine one run's rows drift apart by up to a quarter (BENCHMARKS.md), so the figures are medians of
+    # the rounds and the ratios the medians of each round's own ratios.
+    runs: dict[str, list[dict]] = {}
+    row["rounds"] = a.rounds if isinstance(data, Records) else min(a.rounds, a.repeated_rounds)
+    for rnd in range(row["rounds"]):
+        rtag = tag if rnd == 0 else f"{tag}r{rnd}"
+        for key, result in relay_round(a, sb, db, dst_cluster, logdir, n, data, rtag, cpu, skip, rnd).items():
+            runs.setdefault(key, []).append(result)
+    for key, results in runs.items():
+        row[key] = median_run(results)
+    ce = row["ceiling"]["records_s"]
+    for k in ("c_relay", "c_relay_idempotent", "hand_written", "kcat", *gateway_rows):
+        if "records_s" in row.get(k, {}):
+            row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
+    # The fastest relay of each round (the C relay, or the loop where the brokers bind both), beside the yardstick.
+    relays = {k: row[k]["records_s"] for k in ("c_relay", "hand_written") if "records_s" in row[k]}
+    if relays:
+        row["fastest_relay"] = max(relays, key=relays.__getitem__)
+    yardsticks = [runs[k] for k in relays]
+    for g in gateway_rows:
+        r = row[g]
+        for k in (*relays, *EXACT_RELAYS):
+            if k in runs:
+                r[f"ratio_to_{k}"] = median_ratio(runs[g], runs[k])
+        if yardsticks:
+            fastest = [max(pair, key=lambda x: x.get("records_s", 0)) for pair in zip(*yardsticks, strict=True)]
+            r["ratio_to_fastest_relay"] = median_ratio(runs[g], fastest)
+        for k in EXACT_RELAYS:
+            if k in runs:  # after the first record seen, both sides (start-up and the first fetch apart)
+                steady = [{"records_s": x.get("steady_records_s")} for x in runs[g]]
+                their = [{"records_s": x.get("steady_records_s")} for x in runs[k]]
+                r[f"steady_ratio_to_{k}"] = median_ratio(steady, their)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000, help="records per throughput run")
-    ap.add_argument("--sizes", default="100,1024", help="value sizes of the throughput runs (bytes)")
+    ap.add_argument("--records", type=int, default=1_000_000, help="records per throughput run")
+    ap.add_argument("--sizes", default="100,1024", help="value sizes of the throughput runs (bytes, bench/data.py)")
+    ap.add_argument(
+        "--repeated-sizes",
+        default="100,1024",
+        help="value sizes of the extra rows whose values are one repeated byte (the older runs' data; '' for none)",
+    )
+    ap.add_argument(
+        "--repeated-rounds", type=int, default=1, help="rounds of the repeated-byte rows (at most --rounds)"
+    )
+    ap.add_argument("--hand-written", nargs=5, help=argparse.SUPPRESS)  # the loop's own process (ready_go)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--rate", type=int, default=5_000, help="latency test produce rate (records/s)")
     ap.add_argument("--latency-seconds", type=float, default=30.0)
@@ -848,65 +1072,40 @@ def main() -> int:
     )
     ap.add_argument("--note", default="", help="about the machine, kept in the JSON (e.g. 'shared with 6 other jobs')")
     a = ap.parse_args()
+    if a.hand_written:
+        src, dst, src_topic, dst_topic, count = a.hand_written
+        hand_written(src, dst, src_topic, dst_topic, int(count))
+        return 0
     gateway_counts = [int(x) for x in a.gateways.split(",") if x]
     worker_counts = [int(x) for x in a.workers.split(",") if x]
     skip = {x.strip() for x in a.skip.split(",") if x.strip()}
     n = a.records
-    res: dict = {**provenance(a.note), "records": n, "rounds": a.rounds, "partitions": PARTITIONS, "throughput": []}
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+    blocks: list[Data] = [records(size) for size in sizes]
+    blocks += [b"v" * int(x) for x in a.repeated_sizes.split(",") if x]
+    res: dict = {
+        **provenance(a.note),
+        "records": n,
+        "rounds": a.rounds,
+        "partitions": PARTITIONS,
+        "uptime_before": os.getloadavg(),
+        "data": [about(d) for d in blocks],
+        "throughput": [],
+    }
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-bench-"))
     res["logs"] = str(logdir)
+    for data in blocks:
+        # Fresh brokers for each size and kind of data: Tansu keeps every record in memory.
+        with EphemeralClusters([SRC, DST]) as ec:
+            res["throughput"].append(throughput_block(a, ec, logdir, n, data, gateway_counts, worker_counts, skip))
+    res["uptime_after_throughput"] = os.getloadavg()
     with EphemeralClusters([SRC, DST]) as ec:
         os.environ["STREAMREPL_CLUSTERS"] = str(ec.registry_path)
-        os.environ.pop("STREAMREPL_IDENTITY", None)
         from streamrepl import registry
 
         reg = registry.load()
         src_cluster, dst_cluster = reg.get(SRC), reg.get(DST)
-        sb, db = ec.brokers[SRC].bootstrap, ec.brokers[DST].bootstrap
-        cpu = CpuMeter([ec.brokers[SRC].pid, ec.brokers[DST].pid])
-        for size in [int(x) for x in a.sizes.split(",") if x]:
-            value = b"v" * size
-            row: dict = {"value_bytes": size}
-            rec_bytes = size + 13
-            log(f"{size} B: ceiling, {n} records into {DST}")
-            create_topic(db, f"bench.ceiling{size}")
-            dt = fill(db, f"bench.ceiling{size}", n, value)
-            row["ceiling"] = {"records_s": round(n / dt), "MB_s": round(n * rec_bytes / dt / 1e6, 1)}
-            create_topic(sb, f"bench.src{size}")
-            fill(sb, f"bench.src{size}", n, value)
-            gateway_rows = [f"gateway{g}" for g in gateway_counts] + [f"workers{w}" for w in worker_counts]
-            # Each round runs every relay once more, in turn (relay_round), into topics of its own: on a shared
-            # machine one run's rows drift apart by up to a quarter (BENCHMARKS.md), so the figures are medians of
-            # the rounds and the ratios the medians of each round's own ratios.
-            runs: dict[str, list[dict]] = {}
-            for rnd in range(a.rounds):
-                tag = f"{size}" if rnd == 0 else f"{size}r{rnd}"
-                for key, result in relay_round(a, sb, db, dst_cluster, logdir, n, value, tag, cpu, skip, rnd).items():
-                    runs.setdefault(key, []).append(result)
-            for key, results in runs.items():
-                row[key] = median_run(results)
-            ce = row["ceiling"]["records_s"]
-            for k in ("c_relay", "c_relay_idempotent", "hand_written", "kcat", *gateway_rows):
-                if "records_s" in row.get(k, {}):
-                    row[k]["ratio_to_ceiling"] = round(row[k]["records_s"] / ce, 3)
-            # The yardstick: the fastest relay of each round (the C relay, or the loop where the brokers bind both).
-            relays = {k: row[k]["records_s"] for k in ("c_relay", "hand_written") if "records_s" in row[k]}
-            best = max(relays, key=relays.__getitem__)
-            row["fastest_relay"] = best
-            yardsticks = [runs[k] for k in relays]
-            for g in gateway_rows:
-                r = row[g]
-                for k in (*relays, *EXACT_RELAYS):
-                    if k in runs:
-                        r[f"ratio_to_{k}"] = median_ratio(runs[g], runs[k])
-                fastest = [max(pair, key=lambda x: x.get("records_s", 0)) for pair in zip(*yardsticks, strict=True)]
-                r["ratio_to_fastest_relay"] = median_ratio(runs[g], fastest)
-                for k in EXACT_RELAYS:
-                    if k in runs:  # the rate after the first record (the relay's own figure holds its start)
-                        steady = [{"records_s": x.get("steady_records_s")} for x in runs[g]]
-                        r[f"steady_ratio_to_{k}"] = median_ratio(steady, runs[k])
-            res["throughput"].append(row)
-
+        sb = ec.brokers[SRC].bootstrap
         if "latency" not in skip:
             log(f"latency: {a.rate} records/s for {a.latency_seconds}s, floor then through a gateway")
             res["latency"] = latency_run(sb, dst_cluster, src_cluster, logdir, a.rate, a.latency_seconds)
@@ -983,8 +1182,11 @@ def report(res: dict) -> None:
             used = f"{r['relay_cpu_us']}+{r['brokers_cpu_us']}" if "relay_cpu_us" in r else ""
             rows.append((label, f"{r['records_s']:,}", f"{r['MB_s']}", f"{r['ratio_to_ceiling']:.2f}", used, note))
         w = [max(len(x[i]) for x in [*rows, head]) for i in range(6)]
-        rounds = f" rounds={res['rounds']} (medians)" if res.get("rounds", 1) > 1 else ""
-        out.append(f"records={res['records']:,} value={row['value_bytes']}B partitions={res['partitions']}{rounds}")
+        rounds = f" rounds={row.get('rounds', res['rounds'])} (medians)" if row.get("rounds", res["rounds"]) > 1 else ""
+        out.append(
+            f"records={res['records']:,} value={row['value_bytes']}B ({row.get('values')}, lz4 ratio"
+            f" {row.get('lz4_ratio')}) partitions={res['partitions']}{rounds}"
+        )
         for r in [head, *rows]:
             out.append("  ".join(x.ljust(w[i]) if i in (0, 5) else x.rjust(w[i]) for i, x in enumerate(r)).rstrip())
         out.append("")

@@ -56,6 +56,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from data import COMPRESSION, Records  # noqa: E402
 from provenance import provenance  # noqa: E402  (bench/ is on the path: this file runs as a script)
 
 from streamrepl.local import EphemeralClusters  # noqa: E402
@@ -333,15 +334,17 @@ def new_topic_delay(reg: object, sb: str, db: str, timeout: float) -> float:
 
 
 def throughput(sb: str, db: str, src_topics: list[str], partitions: int, n: int, timeout: float) -> dict:
-    p = Producer({"bootstrap.servers": sb, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    p = Producer({"bootstrap.servers": sb, "compression.type": COMPRESSION})
     tps = [(t, i) for t in src_topics for i in range(partitions)]
-    value = b"v" * 100
+    data = Records(100)
     t0 = time.monotonic()
     for k in range(n):
         t, i = tps[k % len(tps)]
         while True:
             try:
-                p.produce(t, value, str(k).encode(), partition=i)
+                p.produce(
+                    t, data.value(k), data.key(k), partition=i, headers=data.headers(k), timestamp=data.timestamp(k)
+                )
                 break
             except BufferError:
                 p.poll(0.05)
@@ -523,6 +526,7 @@ def main() -> int:
     rows = [run_size(s, a) for s in a.sizes.split(",") if s.strip()]
     (report_setup if a.setup_only else report)(rows)
     if a.json:
+        about["data"] = Records(100).about()
         a.json.write_text(json.dumps({**about, "broker": a.broker, "sizes": rows}, indent=2) + "\n")
     return 0
 

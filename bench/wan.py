@@ -1,6 +1,6 @@
 """Benchmark: the gateway across a WAN to its source, against the idempotent C relay through the same line (issue 28).
 
-Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan.py [--rtts 0,10,50,100] [--partitions 4,64] [--records 200000]
+Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan.py [--rtts 0,10,50,100] [--partitions 4,64] [--records 1000000]
                                                     [--reps 2] [--json out.json] [--line-only]
 
 This kernel has no netem: the round trip is added by a delay line (bench/delayline.c, built at run time by
@@ -16,7 +16,8 @@ First the line is measured alone (a plain TCP sender and receiver, directly and 
 each round trip). Then for each round trip: a fresh pair of brokers; for each partition count, REPS rounds of the
 idempotent C relay (bench/relay.c with enable.idempotence=true, librdkafka's defaults otherwise) and one gateway
 (bench/run.py's gateway_throughput: a paused link, the records preloaded, `replica resume`, timed to the last
-record). Set-up and preloading run with the line at 0 ms; the round trip is set before the relay or gateway starts.
+record), both timed alike from their start of work to the destination holding the last record, read from outside
+(bench/run.py's watch_until_landed). The records are bench/data.py's, as bench/run.py's. Set-up and preloading run with the line at 0 ms; the round trip is set before the relay or gateway starts.
 Not a pytest test.
 """
 
@@ -423,7 +424,7 @@ def proxy_check(a: argparse.Namespace, logdir: Path) -> dict:
         for parts in a.partitions:
             topic = f"pc.src{parts}"
             bench.create_topic(b.source_local, topic, parts)
-            bench.fill(b.source_local, topic, a.records, b"v" * a.size, parts)
+            bench.fill(b.source_local, topic, a.records, bench.records(a.size), parts)
             for rep in range(a.reps):
                 row: dict = {"partitions": parts, "rep": rep + 1, "load": os.getloadavg()[0]}
                 for way in ["direct", "proxy"] if rep % 2 == 0 else ["proxy", "direct"]:
@@ -450,7 +451,7 @@ def sweep_point(a: argparse.Namespace, rtt: float, logdir: Path) -> list[dict]:
     from streamrepl import registry
 
     out = []
-    value = b"v" * a.size
+    value = bench.records(a.size)
     with clusters_behind_line(logdir / f"rtt{rtt:g}", a.source_props, a.broker, a.front) as behind:
         line, src_pid, sb, db, dst_pid = behind.line, behind.src_pid, behind.source, behind.dest, behind.dst_pid
         reg_path = Path(os.environ["STREAMREPL_CLUSTERS"])
@@ -561,7 +562,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtts", default="0,10,50,100", help="round trips to add, ms (comma-separated)")
     ap.add_argument("--partitions", default="4,64", help="partition counts (comma-separated)")
-    ap.add_argument("--records", type=int, default=200_000, help="records per relay run")
+    ap.add_argument("--records", type=int, default=1_000_000, help="records per relay run")
     ap.add_argument("--size", type=int, default=1024, help="value bytes")
     ap.add_argument("--reps", type=int, default=2, help="rounds of each relay at each point")
     ap.add_argument("--gateway-timeout", type=float, default=240.0)
@@ -609,6 +610,7 @@ def main() -> int:
         print("no C relay: run bench/setup", file=sys.stderr)
         return 2
     res: dict = {**provenance(a.note), "records": a.records, "size": a.size, "started": time.time()}
+    res["data"] = bench.records(a.size).about()  # bench/data.py's records, as bench/run.py writes them
     res["source_props"] = a.source_props
     res["broker"], res["front"] = a.broker, a.front
     if a.proxy_check:

@@ -6,11 +6,12 @@
 # _streamrepl_subcommands PATH: the sub-command words of the group PATH ('' is the root).
 _streamrepl_subcommands() {
     case "$1" in
-        '') echo 'cluster consume copystream diffstreams gateway local produce stream' ;;
+        '') echo 'cluster consume copystream diffstreams gateway local produce proxy stream' ;;
         'cluster') echo 'gateway list' ;;
         'cluster gateway') echo 'delete get list local resolve set' ;;
         'gateway') echo 'start' ;;
         'local') echo 'down status up' ;;
+        'proxy') echo 'start' ;;
         'stream') echo 'assign create cursor delete edit info list replica topic upstream' ;;
         'stream assign') echo 'list' ;;
         'stream cursor') echo 'delete list' ;;
@@ -43,15 +44,17 @@ _streamrepl_options() {
         'local status') echo '-dir --dir -noheader --noheader -json --json -h --help -help' ;;
         'local up') echo '-clusters --clusters -dir --dir -broker --broker -tls --tls -noheader --noheader -json --json -h --help -help' ;;
         'produce') echo '-path --path -key --key -partition --partition -header --header -format --format -timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'proxy') echo '-h --help -help' ;;
+        'proxy start') echo '-cluster --cluster -listen --listen -advertise --advertise -tlscert --tlscert -tlskey --tlskey -metricsport --metricsport -metricsaddr --metricsaddr -loglevel --loglevel -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream') echo '-h --help -help' ;;
         'stream assign') echo '-h --help -help' ;;
         'stream assign list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -copymetafrom --copymetafrom -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -copymetafrom --copymetafrom -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor') echo '-h --help -help' ;;
         'stream cursor delete') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream delete') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream edit') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream edit') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream info') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream list') echo '-cluster --cluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica') echo '-h --help -help' ;;
@@ -66,7 +69,7 @@ _streamrepl_options() {
         'stream replica resume') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica resync') echo '-path --path -replica --replica -topic --topic -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic') echo '-h --help -help' ;;
-        'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream topic create') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic delete') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic edit') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic info') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -146,6 +149,15 @@ _streamrepl_value() {
         'produce|-format'|'produce|--format') echo 'choice:lines json' ;;
         'produce|-timeout'|'produce|--timeout') echo 'value' ;;
         'produce|-clusters'|'produce|--clusters') echo 'file' ;;
+        'proxy start|-cluster'|'proxy start|--cluster') echo 'value' ;;
+        'proxy start|-listen'|'proxy start|--listen') echo 'value' ;;
+        'proxy start|-advertise'|'proxy start|--advertise') echo 'value' ;;
+        'proxy start|-tlscert'|'proxy start|--tlscert') echo 'file' ;;
+        'proxy start|-tlskey'|'proxy start|--tlskey') echo 'file' ;;
+        'proxy start|-metricsport'|'proxy start|--metricsport') echo 'value' ;;
+        'proxy start|-metricsaddr'|'proxy start|--metricsaddr') echo 'value' ;;
+        'proxy start|-loglevel'|'proxy start|--loglevel') echo 'value' ;;
+        'proxy start|-clusters'|'proxy start|--clusters') echo 'file' ;;
         'stream assign list|-path'|'stream assign list|--path') echo 'value' ;;
         'stream assign list|-consumergroup'|'stream assign list|--consumergroup') echo 'value' ;;
         'stream assign list|-topic'|'stream assign list|--topic') echo 'value' ;;
@@ -166,6 +178,7 @@ _streamrepl_value() {
         'stream create|-mincompactionlag'|'stream create|--mincompactionlag') echo 'value' ;;
         'stream create|-deleteretention'|'stream create|--deleteretention') echo 'value' ;;
         'stream create|-copymetafrom'|'stream create|--copymetafrom') echo 'value' ;;
+        'stream create|-force'|'stream create|--force') echo 'choice:true false yes no' ;;
         'stream create|-clusters'|'stream create|--clusters') echo 'file' ;;
         'stream cursor delete|-path'|'stream cursor delete|--path') echo 'value' ;;
         'stream cursor delete|-consumergroup'|'stream cursor delete|--consumergroup') echo 'value' ;;
@@ -193,6 +206,7 @@ _streamrepl_value() {
         'stream edit|-compact'|'stream edit|--compact') echo 'choice:true false yes no' ;;
         'stream edit|-mincompactionlag'|'stream edit|--mincompactionlag') echo 'value' ;;
         'stream edit|-deleteretention'|'stream edit|--deleteretention') echo 'value' ;;
+        'stream edit|-force'|'stream edit|--force') echo 'choice:true false yes no' ;;
         'stream edit|-clusters'|'stream edit|--clusters') echo 'file' ;;
         'stream info|-path'|'stream info|--path') echo 'value' ;;
         'stream info|-clusters'|'stream info|--clusters') echo 'file' ;;
@@ -257,6 +271,7 @@ _streamrepl_value() {
         'stream topic create|-topic'|'stream topic create|--topic') echo 'value' ;;
         'stream topic create|-partitions'|'stream topic create|--partitions') echo 'value' ;;
         'stream topic create|-timestamptype'|'stream topic create|--timestamptype') echo 'value' ;;
+        'stream topic create|-force'|'stream topic create|--force') echo 'choice:true false yes no' ;;
         'stream topic create|-clusters'|'stream topic create|--clusters') echo 'file' ;;
         'stream topic delete|-path'|'stream topic delete|--path') echo 'value' ;;
         'stream topic delete|-topic'|'stream topic delete|--topic') echo 'value' ;;

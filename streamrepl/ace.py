@@ -262,6 +262,12 @@ def example(a: Ace) -> Identity | None:
         return None
 
 
+def passes_strangers(a: Ace) -> bool:
+    """True when the ACE passes an identity none of its terms names (a user of another name, in no group or role
+    it names): `!u:root`, `u:a | !g:b`, public."""
+    return a.allows(Identity(_SOMEONE_ELSE, None, frozenset(), frozenset()))
+
+
 def grants_nobody(a: Ace) -> bool:
     """True when no identity at all passes the ACE (the empty ACE, `u:root & !u:root`, `u:alice & u:bob`).
     An expression too large to search is not claimed to grant nobody."""

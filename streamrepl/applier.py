@@ -29,6 +29,15 @@ class ReplicaConflict(StreamreplError):
     """The destination partition holds records that did not come from this source."""
 
 
+class OriginClash(ReplicaConflict):
+    """A record of origin `origin` arrived for a partition that holds records of another origin, `held`: two streams
+    write the same topic (the gateway stops that feed alone, units.UnitTable.clash)."""
+
+    def __init__(self, message: str, origin: str, held: str):
+        super().__init__(message)
+        self.origin, self.held = origin, held
+
+
 def replica_tail(c: Consumer, tp: TopicPartition) -> tuple[int, Message | None]:
     """A destination partition's real end, and its record just before it (None: nothing visible there)."""
     return kafka.tails(c, [tp])[(tp.topic, tp.partition)]
@@ -88,6 +97,9 @@ class OffsetPreservingWriter:
 
     def _conflict(self, why: str) -> ReplicaConflict:
         return ReplicaConflict(f"{self.label}: {why}; replication of this partition stopped")
+
+    def _clash(self, why: str, origin: str) -> OriginClash:
+        return OriginClash(f"{self.label}: {why}; replication of this partition stopped", origin, self.origin or "")
 
     def _delivered(self, expected: int, ts: int = 0) -> Any:
         observe = self.observe
@@ -174,15 +186,16 @@ class OffsetPreservingWriter:
                     if o < nxt:
                         # Already in place (a second path, or a rerun); it must still be of the same origin.
                         if origin != self.origin:
-                            raise self._conflict(
-                                f"offset {o} comes from stream {origin}, the replica holds {self.origin}"
+                            raise self._clash(
+                                f"offset {o} comes from stream {origin}, the replica holds {self.origin}", origin
                             )
                         self.skipped += 1
                         continue
                     if origin != self.origin:
-                        raise self._conflict(
+                        raise self._clash(
                             f"offset {o} comes from stream {origin} while this partition holds records of"
-                            f" {self.origin} (the same topic is written in two streams)"
+                            f" {self.origin} (the same topic is written in two streams)",
+                            origin,
                         )
                     while nxt < o:
                         produce(topic, partition=partition, headers=policy.filler_headers(origin), timestamp=0)

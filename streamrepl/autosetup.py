@@ -68,6 +68,12 @@ def autosetup(
         raise InvalidArgument(f"stream {src.path} cannot be its own replica")
     replicas.check_encryption(reg, src, dst, networkencryption)  # before the replica stream is made
     entry = _entry(reg, path, replica)
+    if entry is not None and dst.store.get(dst.path.path) is None:
+        # The replica's cluster came back without it (wiped, rebuilt, a broker on memory storage restarted): the
+        # entry names a stream that is gone, so it is set up again from the start.
+        say(f"{dst.path} no longer exists (its cluster came back without it): setting it up again")
+        replicas.remove(reg, str(src.path), str(dst.path))
+        entry = None
     resuming = entry is not None and entry.state in (ReplicaState.CREATE_SCHEDULE, ReplicaState.COPY_IN_PROGRESS)
     if entry is not None and not resuming:
         raise AlreadyExists(f"stream {dst.path} is already a replica of {src.path}; see 'stream replica list'")

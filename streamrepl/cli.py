@@ -40,6 +40,7 @@ ROOT_COMMANDS = {
     "cluster": "streamrepl.commands.cluster:cluster",
     "local": "streamrepl.commands.local:local",
     "gateway": "streamrepl.commands.gateway:gateway",
+    "proxy": "streamrepl.commands.proxy:proxy",
     "produce": "streamrepl.commands.produce:produce",
     "consume": "streamrepl.commands.produce:consume",
     "copystream": "streamrepl.commands.copy:copystream",

@@ -88,6 +88,18 @@ def resync_hint(src: str, dst: str, topic: str) -> str:
     )
 
 
+def clash(replica: str, topic: str, partition: int, kept: str, other: str) -> str:
+    """Why a replica partition takes no records from upstream `other`: `kept`, another upstream (a path, or a
+    description when it is not one of the replica's upstreams), wrote the same topic into it first."""
+    return (
+        f"{replica}:{topic}[{partition}]: two upstreams write topic {topic} into {replica}, {kept} and {other}; this"
+        f" partition keeps the records of {kept}, which it got first, and takes none of {other}:{topic} (nothing was"
+        f" overwritten); replication of this partition from {other} stopped, the other partitions go on. Rename the"
+        f" topic on one side (write its records to a topic of another name there, then delete {topic} there), or"
+        f" remove one upstream ('streamrepl stream replica remove -path {other} -replica {replica}')"
+    )
+
+
 def compare(
     replica: Tail | None,
     replica_end: int,

@@ -77,6 +77,15 @@ class PartitionPlan:
         }
 
 
+#: a fresh failback's table columns, in their order
+FAILBACK_COLUMNS = tuple(PartitionPlan("", 0, 0, 0, 0).row("", "", ""))
+
+
+def in_order(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows read back from a journal (the metadata store sorts their keys) in a fresh run's column order."""
+    return [{**{c: r[c] for c in columns if c in r}, **r} for r in rows]
+
+
 def _fork_points(new_rec: Stream, old_path: str) -> dict[str, list[int]] | None:
     promotion = new_rec.promotion
     if not isinstance(promotion, dict) or _running(new_rec) or old_path not in promotion.get("from", []):
@@ -171,8 +180,14 @@ def check_failback(
 
 
 def aside_path(old_r: streams.Resolved, now: datetime | None = None) -> str:
-    stamp = (now or datetime.now()).strftime("%Y%m%d%H%M")
-    return f"/{old_r.cluster.name}{old_r.path.path}.aside-{stamp}"
+    """`<path>.aside-<yyyymmddHHMM>`, or with `-2`, `-3`... when a run earlier in that minute took the name (beside
+    `old_r`, on its cluster): a second run must not copy over the first one's set-aside records."""
+    stem = f"{old_r.path.path}.aside-{(now or datetime.now()).strftime('%Y%m%d%H%M')}"
+    name, n = stem, 1
+    while old_r.store.get(name) is not None:
+        n += 1
+        name = f"{stem}-{n}"
+    return f"/{old_r.cluster.name}{name}"
 
 
 def set_aside(

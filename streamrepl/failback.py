@@ -91,7 +91,7 @@ def failback(
                 f" {journal.iso(pending.get('started'))}): run {command(str(new_r.path), str(pending.get('old')))}"
                 " to complete it or roll it back first"
             )
-        rows: list[dict[str, Any]] = list(pending.get("rows", []))
+        rows: list[dict[str, Any]] = dr.in_order(list(pending.get("rows", [])), dr.FAILBACK_COLUMNS)
         if dryrun:
             _resuming(new_r, old_r, pending, say)
             return rows

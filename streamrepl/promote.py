@@ -33,7 +33,7 @@ from typing import Any
 from . import dr, kafka, oplock, policy, promoteconsistent, promotecut, replicas, settings, statustopic, streams
 from .bulk.copystream import copystream
 from .dr import Ends, Say, Waiter, ends_by_topic, quiet
-from .errors import InvalidArgument, NotFound, StreamreplError
+from .errors import InvalidArgument, NotFound, StreamreplError, Unreachable
 from .journal import PROMOTE_CONSISTENT_STEPS, PROMOTE_STEPS
 from .journal import iso as _iso
 from .journal import promoting as _running
@@ -64,6 +64,35 @@ def _origins(r: streams.Resolved, rec: Stream, ends: dict[str, list[int]]) -> li
     return sorted(found)
 
 
+def _refuse_other_origins(r: streams.Resolved, rec: Stream, ends: Ends) -> None:
+    """A replica whose partitions hold records of a stream other than its one upstream (a many-to-one replica whose
+    other upstreams were removed) cannot be promoted: it takes over that upstream's identity, and its records written
+    after another origin's in a partition would mix two histories there, which no copy can carry."""
+    if _running(rec) is not None or len(rec.upstreams) != 1 or not rec.upstreams[0].uuid:
+        return
+    src = rec.upstreams[0]
+    point = ends_by_topic(r, rec, ends)
+    foreign: list[str] = []
+    c = kafka.consumer(r.cluster)
+    try:
+        for topic, per in point.items():
+            for p, end in enumerate(per):
+                tp = kafka.TopicPartition(kafka_topic_name(r.path, topic), p)
+                last = kafka.last_record(c, tp, end) if end else None
+                origin = policy.origin_of(last.headers(), rec.uuid) if last is not None else None
+                if origin is not None and origin not in (src.uuid, rec.uuid):
+                    foreign.append(f"{r.path}:{topic}[{p}] holds records of another stream (origin {origin})")
+    finally:
+        c.close()
+    if foreign:
+        raise InvalidArgument(
+            f"{'; '.join(foreign[:3])}{' and more' if len(foreign) > 3 else ''}: promote takes over the history of"
+            f" {src.path} alone, and its new records would follow another stream's in those partitions; nothing was"
+            f" changed. Promote a replica that only {src.path} fed, or write to a new stream on this cluster"
+            f" ('streamrepl stream create -path <new path> -copymetafrom {r.path}')"
+        )
+
+
 def _check_promote(r: streams.Resolved, rec: Stream) -> None:
     journal = _running(rec)
     if journal is None and not rec.upstreams and not rec.promotion:
@@ -77,7 +106,8 @@ def _check_promote(r: streams.Resolved, rec: Stream) -> None:
         raise InvalidArgument(
             f"stream {r.path} has several upstreams ({', '.join(e.path for e in rec.upstreams)}); promote takes over"
             f" the history of one lost source: remove the upstreams of the other sources first ('streamrepl stream"
-            f" upstream remove -path {r.path} -upstream <path>'), then promote again; nothing was changed"
+            f" upstream remove -path {r.path} -upstream <path>'), then promote again (refused while its partitions"
+            " hold records of the removed ones: those would mix with the promoted history); nothing was changed"
         )
     others = [e.path for e in rec.upstreams if journal is not None and e.path not in journal.get("from", [])]
     if others:
@@ -147,21 +177,41 @@ def promote(
     timeout, to report what the replica lacks. `consistent`: one cut for the whole stream (promoteconsistent.py);
     None: as an interrupted run planned, else per partition."""
     settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
-    r, rec = streams.load(reg, path)
-    _check_promote(r, rec)
-    mode = _mode(r, rec, consistent)
-    if mode and rec.upstreams and _running(rec) is None:
-        # refuses before anything changes
-        preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends, scan=dryrun)
+    try:
+        r, rec = streams.load(reg, path)
+    except KeyboardInterrupt as e:
+        raise type(e)(not_begun(path)) from None
+    try:
+        _check_promote(r, rec)
+        _refuse_other_origins(r, rec, ends)
+        mode = _mode(r, rec, consistent)
+        if mode and rec.upstreams and _running(rec) is None:
+            # refuses before anything changes
+            preview = _preview(reg, r, rec, [e.path for e in rec.upstreams], ends, scan=dryrun)
+            if dryrun:
+                _promote_plan(reg, r, rec, say, ends, dryrun=True)
+                for line in promoteconsistent.describe(str(r.path), preview):
+                    say(line)
+                return _promoted_row(r, [e.path for e in rec.upstreams], False, True, preview)
         if dryrun:
-            _promote_plan(reg, r, rec, say, ends, dryrun=True)
-            for line in promoteconsistent.describe(str(r.path), preview):
-                say(line)
-            return _promoted_row(r, [e.path for e in rec.upstreams], False, True, preview)
-    if dryrun:
-        return _promote_plan(reg, r, rec, say, ends, dryrun=True)
-    # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
-    # already: the lock of a run that died after its last step goes with it).
+            return _promote_plan(reg, r, rec, say, ends, dryrun=True)
+        # One run at a time; what the run before this one left is read once the lock is held (taken even when promoted
+        # already: the lock of a run that died after its last step goes with it).
+        return _locked(reg, r, path, consistent, say, ends, wait_released, copy)
+    except KeyboardInterrupt as e:
+        raise e if str(e) else type(e)(_stopped(r)) from None
+
+
+def _locked(
+    reg: Registry,
+    r: streams.Resolved,
+    path: str,
+    consistent: bool | None,
+    say: Say,
+    ends: Ends,
+    wait_released: Waiter,
+    copy: Any,
+) -> list[dict[str, Any]]:
     with oplock.holding(r, "promote") as lock:
         r, rec = streams.load(reg, path)
         _check_promote(r, rec)
@@ -217,6 +267,11 @@ def _promote_plan(
     return steps(sources)
 
 
+def not_begun(path: str) -> str:
+    """What a promote interrupted before it read its stream says."""
+    return f"promote of {path} stopped before it began; nothing was changed: run promote again"
+
+
 def _stopped(r: streams.Resolved) -> str:
     """What an interrupted promote says: the steps its journal shows done (read again: the step under way when the
     signal came may have finished)."""
@@ -224,12 +279,22 @@ def _stopped(r: streams.Resolved) -> str:
         rec = r.store.get(r.path.path)
     except (StreamreplError, KeyboardInterrupt):
         rec = None
-    p = rec.promotion if rec is not None else None
+    if rec is None:
+        return (
+            f"promote of {r.path} stopped part way; what it did cannot be read now (its cluster does not answer); its"
+            " journal (in its metadata) keeps the steps done: run promote again to complete it"
+        )
+    p = rec.promotion
     if isinstance(p, dict) and _running(rec) is None and "done" in p:
         return f"promote of {r.path} finished before it stopped: {r.path} is writable"
-    done = ", ".join(p.get("done", [])) if isinstance(p, dict) else ""
+    if not isinstance(p, dict) or _running(rec) is None:
+        return f"promote of {r.path} stopped before it changed anything; nothing was changed: run promote again"
+    done = list(p.get("done", []))
+    # A step under way when it stopped is not marked done: what it did already is told too.
+    removed = [s for s in p.get("from", []) if "upstreams" not in done and rec.upstream(s) is None]
+    also = f"; removed the upstream {', '.join(removed)}" if removed else ""
     return (
-        f"promote of {r.path} stopped part way (done: {done or 'nothing'}); its journal (in its metadata) keeps"
+        f"promote of {r.path} stopped part way (done: {', '.join(done)}{also}); its journal (in its metadata) keeps"
         " the steps done: run promote again to complete it"
     )
 
@@ -350,6 +415,9 @@ def _promote(
         oplock.step_done("promote", len(order))
     except KeyboardInterrupt as e:
         raise type(e)(_stopped(r)) from None
+    except Unreachable as e:
+        # A broker that stopped answering part way: the journal says what is left.
+        raise Unreachable(f"{e.message}; {_stopped(r)}") from None
     if resumed:
         say(f"completed an interrupted promote of {r.path}")
     say(f"{r.path} is writable")

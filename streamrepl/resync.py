@@ -30,6 +30,7 @@ the rollback are one operation whose order matters; split, each part would read 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +68,10 @@ class Rebuild:
         }
 
 
+#: a fresh resync's table columns, in their order
+COLUMNS = tuple(Rebuild(dr.PartitionPlan("", 0, 0, 0, 0), None).row(""))
+
+
 def _check(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | None) -> None:
     if src.path == dst.path:
         raise InvalidArgument(f"stream {src.path} cannot be resynchronized from itself; give its replica in -replica")
@@ -93,14 +98,24 @@ def _check(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str 
 
 
 def _fork(
-    src_c: kafka.Consumer, skt: str, dst_c: kafka.Consumer, dkt: str, p: int, upto: int, uuids: tuple[str, str]
+    src_c: kafka.Consumer,
+    skt: str,
+    dst_c: kafka.Consumer,
+    dkt: str,
+    p: int,
+    upto: int,
+    uuids: tuple[str, str],
+    clusters: tuple[Cluster, Cluster],
 ) -> int:
     """The first offset below `upto` from which the replica's records are not the source's (a bisection: the two
-    histories share a prefix). An offset where either side shows no record (compacted, a marker) counts as the same."""
+    histories share a prefix). An offset where either side shows no record (compacted, a marker) counts as the same;
+    a read that timed out is no answer (Unreachable): counted as a match, it put the fork past records that differ."""
 
     def same(offset: int) -> bool:
-        mine = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), offset + 1)
-        theirs = kafka.last_record(src_c, kafka.TopicPartition(skt, p), offset + 1)
+        with kafka.answering(clusters[1], "reading the replica for resync's plan"):
+            mine = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), offset + 1, strict=True)
+        with kafka.answering(clusters[0], "reading the source for resync's plan"):
+            theirs = kafka.last_record(src_c, kafka.TopicPartition(skt, p), offset + 1, strict=True)
         if mine is None or theirs is None:
             return True
         return tail_of(mine, uuids[1]).holds(tail_of(theirs, uuids[0]))
@@ -118,8 +133,17 @@ def _fork(
 def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | None) -> list[Rebuild]:
     """Per partition of the topics both streams have (or of `topic`): ends, divergence, fork, records set aside."""
     names = [t for t in sorted(srec.topics) if t in drec.topics and topic in (None, t)]
-    src_ends = kafka.topic_ends(src.cluster, [kafka_topic_name(src.path, t) for t in names])
-    dst_ends = kafka.topic_ends(dst.cluster, [kafka_topic_name(dst.path, t) for t in names])
+
+    def reading_src() -> contextlib.AbstractContextManager[None]:
+        return kafka.answering(src.cluster, "reading the source for resync's plan")
+
+    def reading_dst() -> contextlib.AbstractContextManager[None]:
+        return kafka.answering(dst.cluster, "reading the replica for resync's plan")
+
+    with reading_src():
+        src_ends = kafka.topic_ends(src.cluster, [kafka_topic_name(src.path, t) for t in names])
+    with reading_dst():
+        dst_ends = kafka.topic_ends(dst.cluster, [kafka_topic_name(dst.path, t) for t in names])
     out: list[Rebuild] = []
     src_c, dst_c = kafka.consumer(src.cluster), kafka.consumer(dst.cluster)
     try:
@@ -128,11 +152,15 @@ def plan(src: Resolved, srec: Stream, dst: Resolved, drec: Stream, topic: str | 
             parts = []
             for p in range(srec.topics[t].partitions):
                 s_end, d_end = src_ends.get((skt, p), 0), dst_ends.get((dkt, p), 0)
-                last = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), d_end) if d_end else None
+                with reading_dst():
+                    last = kafka.last_record(dst_c, kafka.TopicPartition(dkt, p), d_end, strict=True) if d_end else None
                 tail = tail_of(last, drec.uuid) if last is not None else None
-                div = check(src_c, kafka.TopicPartition(skt, p), d_end, tail, srec.uuid, drec.uuid)
-                fork = _fork(src_c, skt, dst_c, dkt, p, div.offset, (srec.uuid, drec.uuid)) if div else d_end
-                count = dr.count_records(dst.cluster, dkt, p, fork, d_end)
+                with reading_src():
+                    div = check(src_c, kafka.TopicPartition(skt, p), d_end, tail, srec.uuid, drec.uuid)
+                clusters = (src.cluster, dst.cluster)
+                fork = _fork(src_c, skt, dst_c, dkt, p, div.offset, (srec.uuid, drec.uuid), clusters) if div else d_end
+                with reading_dst():
+                    count = dr.count_records(dst.cluster, dkt, p, fork, d_end)
                 parts.append(Rebuild(dr.PartitionPlan(t, p, d_end, s_end, fork, count), div))
             chosen = topic is not None or any(r.divergence is not None for r in parts)
             for r in parts:
@@ -183,7 +211,14 @@ def _announce(
             say(f"{where}; {'rebuilt as asked' if r.rebuild else 'matches its source, kept'}")
     if not chosen:
         return
-    say(f"pause {', '.join(f'{s} -> {d}' for s, d in links)} and wait until no gateway holds {', '.join(chosen)}")
+    if links:
+        say(f"pause {', '.join(f'{s} -> {d}' for s, d in links)} and wait until no gateway holds {', '.join(chosen)}")
+    else:
+        paused = ", ".join(f"{s} -> {d}" for s, d in kept)
+        say(
+            f"the link{'s' if len(kept) > 1 else ''} {paused} {'are' if len(kept) > 1 else 'is'} paused already; wait"
+            f" until no gateway holds {', '.join(chosen)}"
+        )
     say(f"copy {dst.path} whole into {aside} (offsets kept) and check it partition by partition")
     say(f"delete and create again, empty, the topics {', '.join(chosen)} of {dst.path}")
     say(f"resume the links: the gateways of {dst.cluster.name} copy {src.path} into them from its start, offsets kept")
@@ -265,7 +300,7 @@ def resync(
     begun: dict[str, Any] = {}
     if pending is not None:
         _check_pending(src, dst, drec, pending, topic)
-        rows: list[dict[str, Any]] = list(pending.get("rows", []))
+        rows: list[dict[str, Any]] = dr.in_order(list(pending.get("rows", [])), COLUMNS)
         if dryrun:
             _resuming(src, dst, pending, say)
             return rows
@@ -412,6 +447,16 @@ class _Run:
             self.say(f"set aside: {self.j['aside']} holds {self.dst.path} whole")
             self.mark("aside")
 
+    def _forget_reports(self) -> None:
+        """The gateways' last reports of the rebuilt partitions (their ERROR among them) are of the old history:
+        `replica list` showed them until a gateway reported the partition again."""
+        keys = [
+            statustopic.unit_key(str(self.dst.path), str(self.src.path), t, p)
+            for t in self.topics
+            for p in range(self.drec.topics[t].partitions)
+        ]
+        statustopic.put_all(self.dst.cluster, [(k, None) for k in keys], "clearing the reports of the rebuilt topics")
+
     def _roll_back(self) -> str:
         """Undo what the steps before "rebuild" did, clear the journal; says what was undone."""
         undone = []
@@ -439,6 +484,7 @@ class _Run:
                 configs = streams.kafka_configs(self.drec.settings, meta.timestamptype)
                 dr.recreate_topic(self.dst.cluster, kafka_topic_name(self.dst.path, t), meta.partitions, configs)
                 self.say(f"rebuilt {self.dst.path}:{t} empty ({meta.partitions} partitions)")
+            self._forget_reports()
             self.mark("rebuild")
         if not self.done("resume"):
             for s, d in self.links:

@@ -6,9 +6,10 @@ partition ends are read when `replica list` runs.
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
-from . import journal, kafka, policy, topics
+from . import journal, kafka, policy, statustopic, topics
 from .divergence import resync_hint
 from .metastore import MetaStore
 from .model import Replica, ReplicaState, Stream
@@ -110,7 +111,11 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
             if oldest and (not row["minPendingTS"] or oldest < row["minPendingTS"]):
                 row["minPendingTS"] = oldest
             row["maxPendingTS"] = max(row["maxPendingTS"], newest)
-    reports = read(dst_cluster, f"unit|{entry.path}|{src.path}|")
+    # The link's partitions as they are now: a topic deleted or renamed at the source leaves its reports behind.
+    current = {f"{t}|{p}" for t, p in pairs}
+    reports = {
+        k: v for k, v in read(dst_cluster, f"unit|{entry.path}|{src.path}|").items() if k.split("|", 3)[-1] in current
+    }
     # Gateways apply a link that is agreed, not paused, and not owned by autosetup's copy.
     applied = agreed and not entry.paused and entry.state in RUNNING_STATES
     held = False  # by live gateways, every partition of the link
@@ -126,12 +131,25 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         elif applied:
             units = [Unit(dst_path, t, p).key for t, p in pairs if not srec.topics[t].deleting]
             held = not unheld(gateways, units)
+            unread = _source_unread(gateways, str(src.path), entry.path)
+            if unread:
+                row["replicaState"] = str(ReplicaState.ERROR)
+                row["lasterror"] = unread
+                held = False
     errors = _partition_errors(reports)
     lost, nlost = _lost_own_records(src, srec, entry, drec, src_ends, dst_ends, pairs) if not errors else ("", 0)
     if lost:
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = lost
         row["errorPartitions"] = nlost
+    if not errors and not lost:
+        lost, nlost = _replica_misshapen(src, srec, entry, dst_cluster, dst_path)
+        if not lost and srec.upstream(entry.path) is None:
+            lost, nlost = _written_by_another(src, entry, reports, src_ends, dst_ends, pairs, dst_path)
+        if lost:
+            row["replicaState"] = str(ReplicaState.ERROR)
+            row["lasterror"] = lost
+            row["errorPartitions"] = nlost
     if errors:
         row["replicaState"] = str(ReplicaState.ERROR)
         row["lasterror"] = errors[0].get("error", "")
@@ -145,6 +163,75 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
     caught_up = not errors and not lost and not unadopted and not pending_resync and row["putsPending"] == 0
     row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
+
+
+def _source_unread(gateways: dict[str, dict[str, Any]], src: str, dst: str) -> str:
+    """What a live gateway says keeps it from reading the link's source (its plan's problems), "" if none does."""
+    now_ms = time.time() * 1000
+    for r in gateways.values():
+        if not statustopic.is_live(r, now_ms):
+            continue
+        for problem in r.get("problems", []):
+            if str(problem).startswith(f"upstream {src} of {dst}"):
+                return (
+                    f"gateway {r.get('gateway')} cannot read the source, so nothing is replicated: {problem}; mend"
+                    f" the gateway's registry entry of the source's cluster (or its network), and it goes on by itself"
+                )
+    return ""
+
+
+def _replica_misshapen(
+    src: Any, srec: Stream, entry: Replica, dst_cluster: Cluster, dst_path: StreamPath
+) -> tuple[str, int]:
+    """A replica topic with another partition count than its source's (made by a plain producer's write, which gets the
+    broker's default count): what to say of the first and how many there are ("", 0: none)."""
+    present = kafka.topics(dst_cluster)
+    found = [
+        (t, present[kafka_topic_name(dst_path, t)], meta.partitions)
+        for t, meta in srec.topics.items()
+        if not meta.deleting and present.get(kafka_topic_name(dst_path, t), meta.partitions) != meta.partitions
+    ]
+    if not found:
+        return "", 0
+    topic, got, want = found[0]
+    return (
+        f"replica topic {entry.path}:{topic} has {got} partitions, its source {src.path}:{topic} {want}: it was made"
+        f" again by something other than streamrepl (a producer's write gets the broker's default count); the"
+        f" partitions past {want - 1} are not replicated. Run {resync_hint(str(src.path), entry.path, topic)}"
+        f" into a topic made again with {want} partitions"
+    ), len(found)
+
+
+def _written_by_another(
+    src: Any,
+    entry: Replica,
+    reports: dict[str, dict[str, Any]],
+    src_ends: dict[tuple[str, int], int],
+    dst_ends: dict[tuple[str, int], int],
+    pairs: list[tuple[str, int]],
+    dst_path: StreamPath,
+) -> tuple[str, int]:
+    """Replica partitions that end past both their source's end and what their gateway wrote (its report's `next`):
+    something other than the gateway wrote into the replica. Found while the source is idle, and not blamed on the
+    source, which did not change. What to say of the first and how many there are ("", 0: none)."""
+    found: list[tuple[str, int, int, int]] = []
+    for topic, p in pairs:
+        report = reports.get(statustopic.unit_key(entry.path, str(src.path), topic, p))
+        wrote = int(report.get("next", -1)) if report is not None else -1
+        s_end = src_ends.get((kafka_topic_name(src.path, topic), p), 0)
+        d_end = dst_ends.get((kafka_topic_name(dst_path, topic), p), 0)
+        if wrote >= 0 and d_end > max(s_end, wrote):
+            found.append((topic, p, d_end, max(s_end, wrote)))
+    if not found:
+        return "", 0
+    topic, p, d_end, ours = found[0]
+    return (
+        f"replica {entry.path}:{topic} partition {p} was written by someone else: it ends at offset {d_end}, past"
+        f" offset {ours}, where its source and the gateway's writes end ({d_end - ours} records that are not from"
+        f" {src.path}); the partition stops when its source writes again. Find the producer that writes"
+        f" into the replica and stop it (replicas are written by gateways only), then"
+        f" {resync_hint(str(src.path), entry.path, topic)}"
+    ), len(found)
 
 
 def failback_entry(srec: Stream, listed: set[str]) -> Replica | None:
@@ -233,7 +320,11 @@ def link_error(reg: Registry, src: Any, srec: Stream, entry: Replica) -> str | N
 def _replica_gone(src: Any, entry: Replica, drec: Stream | None) -> str:
     """Why the replica stream is not the one the link was made with, or no longer its replica (promoted); "": it is."""
     if drec is None:
-        return f"replica stream {entry.path} does not exist"
+        return (
+            f"replica stream {entry.path} does not exist (deleted, or its cluster {entry.cluster} came back without"
+            f" it); run 'streamrepl stream replica autosetup -path {src.path} -replica {entry.path}' to set it up"
+            f" again, or 'streamrepl stream replica remove -path {src.path} -replica {entry.path}'"
+        )
     # Promoted: its uuid changed too (it took over the identity of its history), but it is the same stream.
     promoted = journal.promotion_note(str(src.path), entry.path, entry.uuid, drec)
     if promoted:

@@ -42,6 +42,11 @@ def ensure_topic(cluster: Cluster) -> None:
 def put(cluster: Cluster, key: str, value: bytes | None, what: str) -> None:
     """Write one record (None: a tombstone) and wait until the broker has it; `what` names the write in the error
     raised when it could not be written."""
+    put_all(cluster, [(key, value)], what)
+
+
+def put_all(cluster: Cluster, records: list[tuple[str, bytes | None]], what: str) -> None:
+    """`put` for several records, through one producer."""
     ensure_topic(cluster)
     p = kafka.producer(
         cluster,
@@ -56,15 +61,17 @@ def put(cluster: Cluster, key: str, value: bytes | None, what: str) -> None:
         done.append(True)
 
     # Partition 0 always: a reader of one key (the gateway list's follower) reads only that partition.
-    p.produce(STATUS_TOPIC, key=key.encode(), value=value, partition=0, on_delivery=delivered)
+    for key, value in records:
+        p.produce(STATUS_TOPIC, key=key.encode(), value=value, partition=0, on_delivery=delivered)
     p.flush(kafka.REQUEST_TIMEOUT + 2)
-    if errors or not done:
+    if errors or len(done) < len(records):
         raise kafka.unreachable(cluster, what)
 
 
 def send(producer: kafka.Producer, key: str, body: dict[str, Any]) -> None:
     """Queue a gateway's report on the gateway's own producer (delivered with its writes; not waited for)."""
-    producer.produce(STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode())
+    # Partition 0, as put(): the readers read only that one, whatever partitions a topic made by mistake has.
+    producer.produce(STATUS_TOPIC, key=key.encode(), value=json.dumps(body).encode(), partition=0)
 
 
 def read(cluster: Cluster, prefix: str = "") -> dict[str, dict[str, Any]]:

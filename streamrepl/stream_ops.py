@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from . import ace, kafka, statustopic
@@ -73,10 +74,13 @@ def apply_settings(rec: Stream, given: dict[str, Any]) -> None:
         setattr(rec.aces if k in PERMS else rec.settings, k, v)
 
 
-def refuse_lockout(given: dict[str, Any], stream: StreamPath) -> None:
+def refuse_lockout(
+    given: dict[str, Any], stream: StreamPath, force: bool = False, warn: Callable[[str], None] = lambda _: None
+) -> None:
     """Refuse an adminperm that grants nobody (empty, or one no identity passes): since changing it needs adminperm,
     nobody (root included: streamrepl checks ACEs itself, not the operating system) could ever change the stream
-    again. Giving adminperm to someone else stays possible: they can give it back."""
+    again. One that does not pass the caller is refused unless `force` (handing the stream to someone else is
+    possible: they can give it back); one that passes identities it does not name (`!u:root`) is told to `warn`."""
     if "adminperm" not in given:
         return
     admins = ace.parse(given["adminperm"])
@@ -93,13 +97,33 @@ def refuse_lockout(given: dict[str, Any], stream: StreamPath) -> None:
             f" or role), so nobody could change or delete stream {stream} again; name who administers it, e.g."
             f" -adminperm 'u:{me.user}'"
         )
+    me = ace.current_identity()
+    if not admins.allows(me) and not force:
+        raise InvalidArgument(
+            f"-adminperm '{admins}' does not pass you ({me.user}): you could not change or delete stream {stream}"
+            f" afterwards; include yourself (e.g. -adminperm '{admins} | u:{me.user}'), or give -force true to set it"
+            " anyway (someone it passes can change it back)"
+        )
+    if ace.passes_strangers(admins):
+        warn(
+            f"warning: -adminperm '{admins}' grants admin to every identity it does not name (any other user, in any"
+            f" group): everyone but a few can change or delete stream {stream}"
+        )
 
 
 # -- verbs ------------------------------------------------------------------------------
-def create(reg: Registry, path: str, settings: dict[str, Any], copymetafrom: str | None = None) -> Stream:
+def create(
+    reg: Registry,
+    path: str,
+    settings: dict[str, Any],
+    copymetafrom: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] = lambda _: None,
+) -> Stream:
+    """`force`, `warn`: see refuse_lockout."""
     target = resolve(reg, path)
     given = validate_settings(settings)
-    refuse_lockout(given, target.path)
+    refuse_lockout(given, target.path, force, warn)
     me = ace.current_identity()
     # -copymetafrom carries over the settings and ACEs (not the UUID, topics, replicas or upstreams).
     src = load(reg, copymetafrom)[1] if copymetafrom else None
@@ -129,13 +153,20 @@ def create(reg: Registry, path: str, settings: dict[str, Any], copymetafrom: str
     return rec
 
 
-def edit(reg: Registry, path: str, settings: dict[str, Any]) -> Stream:
+def edit(
+    reg: Registry,
+    path: str,
+    settings: dict[str, Any],
+    force: bool = False,
+    warn: Callable[[str], None] = lambda _: None,
+) -> Stream:
+    """`force`, `warn`: see refuse_lockout."""
     r, rec = load(reg, path)
     check_perm(rec, "adminperm", r.path, "edit it")
     given = validate_settings(settings)
     if not given:
         raise InvalidArgument("nothing to change; give at least one setting such as -ttl or -adminperm")
-    refuse_lockout(given, r.path)
+    refuse_lockout(given, r.path, force, warn)
     preview = dataclasses.replace(rec.settings, **{k: v for k, v in given.items() if k not in PERMS})
     names = [kafka_topic_name(r.path, t) for t in rec.topics]
     if any(

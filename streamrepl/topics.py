@@ -107,12 +107,60 @@ def _require_topic(r: Resolved, rec: Stream, topic: str) -> Topic:
     return meta
 
 
+def clashes(reg: Registry, r: Resolved, rec: Stream, topic: str) -> list[tuple[str, str]]:
+    """(replica, its other upstream) pairs where that upstream has a topic `topic` too: both would write the
+    replica's `topic`, which keeps only the first one's records (many-to-one). Streams that cannot be read now are
+    left out: this is advice, not a guarantee."""
+    found = []
+    for entry in rec.replicas:
+        try:
+            _, replica = load(reg, entry.path)
+        except StreamreplError:
+            continue
+        for up in replica.upstreams:
+            if up.path == str(r.path):
+                continue
+            try:
+                _, other = load(reg, up.path)
+            except StreamreplError:
+                continue
+            if topic in other.topics:
+                found.append((entry.path, up.path))
+    return found
+
+
+def clash_text(path: str, topic: str, found: list[tuple[str, str]]) -> str:
+    where = "; ".join(
+        f"in {replica}, a replica of {path}: its upstream {other} has a topic {topic}" for replica, other in found
+    )
+    return (
+        f"topic {topic} of {path} would clash {where}; both would write that topic into the replica, which keeps only"
+        " the records of the first one (stream replica list shows the clash)"
+    )
+
+
 def create(
-    reg: Registry, path: str, topic: str, partitions: int | None = None, timestamptype: str | None = None
+    reg: Registry,
+    path: str,
+    topic: str,
+    partitions: int | None = None,
+    timestamptype: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
+    """`force`: create it even when it clashes with a topic of another upstream of one of the stream's replicas
+    (`clashes`); `warn` hears of the clash then."""
     r, rec = load(reg, path)
     validate_topic(topic)
     check_perm(rec, "topicperm", r.path, "create topics")
+    found = clashes(reg, r, rec, topic) if topic not in rec.topics else []
+    if found and not force:
+        raise InvalidArgument(
+            f"{clash_text(str(r.path), topic, found)}; nothing was created: choose another name, or give -force true"
+            " to create it anyway"
+        )
+    if found:
+        warn(f"warning: {clash_text(str(r.path), topic, found).replace(' would clash ', ' clashes ', 1)}")
     n = rec.settings.defaultpartitions if partitions is None else check_partitions(partitions, "-partitions")
     tstype = (timestamptype or rec.settings.defaulttimestamptype).lower()
     if tstype not in TIMESTAMP_TYPES:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import streams
@@ -55,13 +56,24 @@ def _dead_here(held: dict[str, Any]) -> bool:
     m = re.fullmatch(r"[^@]*@(.*):(\d+):[0-9a-f]+", str(held.get("owner", "")))
     if m is None or m.group(1) != socket.gethostname():
         return False
+    pid = int(m.group(2))
     try:
-        os.kill(int(m.group(2)), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:
         return False  # alive, under another user
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that exited and was not reaped yet by its parent: kill(pid, 0) still reaches it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # no /proc here: kill(pid, 0) is all there is to go by
+    # "pid (comm) STATE ...": comm may hold spaces and parentheses, so split after the last ")"
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 class RecordLock(abc.ABC):

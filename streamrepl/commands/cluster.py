@@ -54,7 +54,7 @@ def list_cmd(timeout: float, probe: bool) -> None:
         raise InvalidArgument(f"-timeout {timeout} must be more than 0 and at most {MAX_TIMEOUT:g} seconds")
     reg = app().registry
     clusters = list(reg.clusters.values())
-    answers = reach.answering(clusters, timeout, kafka.ping)
+    answers = reach.which_answer(clusters, timeout, kafka.ping)
     with ThreadPoolExecutor(max_workers=reach.CLIENT_WORKERS) as pool:
         found = list(pool.map(lambda c, ok: _found(c, ok, probe), clusters, answers))
     columns = ["cluster", "default", "bootstrap.servers", "answers", "brokers", "properties"]

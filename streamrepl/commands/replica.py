@@ -250,9 +250,11 @@ def _say_to_stderr(command: str) -> Any:
 def promote_cmd(path: str, dryrun: bool, consistent: bool | None) -> None:
     """Make a replica the writable primary after its source is lost: remove its upstreams (only on its own
     cluster) and wait until no gateway writes into it (needs adminperm)."""
-    from .. import promote
-
-    with sigterm_interrupts():  # its journal says what was done: a rerun completes it
+    with sigterm_interrupts():  # its journal says what was done: a rerun completes it (set before the import: slow)
+        try:
+            from .. import promote
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"promote of {path} stopped before it began; nothing was changed") from None
         rows = promote.promote(
             app().registry,
             require(path, "path"),

@@ -34,6 +34,18 @@ def settings_options(f: click.decorators.FC) -> click.decorators.FC:
     return f
 
 
+FORCE_HELP = (
+    "Set an -adminperm that does not pass you (you could no longer change or delete the stream; default false:"
+    " refused)."
+)
+
+
+def _warn(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr)
+
+
 def compaction_options(f: click.decorators.FC) -> click.decorators.FC:
     f = opt("deleteretention", type=int, help="Milliseconds delete markers are kept.")(f)
     f = opt("mincompactionlag", type=int, help="Milliseconds a message stays uncompacted.")(f)
@@ -45,12 +57,13 @@ def compaction_options(f: click.decorators.FC) -> click.decorators.FC:
 @settings_options
 @compaction_options
 @opt("copymetafrom", metavar="PATH", help="Copy settings and ACEs from this stream.")
+@opt("force", type=BOOL, default=False, help=FORCE_HELP)
 @handles_errors
-def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
+def create_cmd(path: str, copymetafrom: str | None, force: bool, **settings: object) -> None:
     """Create a stream."""
     from .. import stream_ops
 
-    stream_ops.create(app().registry, require(path, "path"), settings, copymetafrom)
+    stream_ops.create(app().registry, require(path, "path"), settings, copymetafrom, force, _warn)
     output([])
 
 
@@ -58,12 +71,13 @@ def create_cmd(path: str, copymetafrom: str | None, **settings: object) -> None:
 @opt("path", metavar="PATH", help="Stream path.")
 @settings_options
 @compaction_options
+@opt("force", type=BOOL, default=False, help=FORCE_HELP)
 @handles_errors
-def edit_cmd(path: str, **settings: object) -> None:
+def edit_cmd(path: str, force: bool, **settings: object) -> None:
     """Change the settings or ACEs of a stream (needs adminperm)."""
     from .. import stream_ops
 
-    stream_ops.edit(app().registry, require(path, "path"), settings)
+    stream_ops.edit(app().registry, require(path, "path"), settings, force, _warn)
     output([])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import app, handles_errors, opt, output, require
+from .common import BOOL, app, handles_errors, opt, output, require
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -22,12 +22,29 @@ def _target(f: click.decorators.FC) -> click.decorators.FC:
 @_target
 @opt("partitions", type=int, help="Number of partitions (default: the stream's defaultpartitions).")
 @opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type (default: the stream's).")
+@opt(
+    "force",
+    type=BOOL,
+    default=False,
+    help="Create it even when another upstream of one of the stream's replicas has a topic of that name (the"
+    " replica would keep only the first one's records; default false: refused).",
+)
 @handles_errors
-def create_cmd(path: str, topic: str, partitions: int | None, timestamptype: str | None) -> None:
+def create_cmd(path: str, topic: str, partitions: int | None, timestamptype: str | None, force: bool) -> None:
     """Create a topic in a stream (needs topicperm)."""
+    import sys
+
     from .. import topics
 
-    topics.create(app().registry, require(path, "path"), require(topic, "topic"), partitions, timestamptype)
+    topics.create(
+        app().registry,
+        require(path, "path"),
+        require(topic, "topic"),
+        partitions,
+        timestamptype,
+        force=force,
+        warn=lambda text: print(text, file=sys.stderr),
+    )
     output([])
 
 

@@ -105,7 +105,7 @@ def busy_fetch_wait_ms(cluster: Cluster) -> int:
 def quiet_end_check_ms(cluster: Cluster) -> int:
     """How often the ends of quiet source partitions, which are not fetched, are asked for (replication/quiet.py).
 
-    One ListOffsets round for 800 idle partitions (4 requests of 200), measured with bench/idle_fetch_probe.py: on
+    One ListOffsets round for 800 idle partitions (4 requests of 200), measured with bench/probes/idle_fetch_probe.py: on
     Tansu about 3 % of a core at one round every 100 ms, 6 % every 50 ms, 14 % every 20 ms (fetching them cost 91 %
     at a 10 ms wait, 33 % at 100 ms); on noida-db 0.5 %, 1.1 % and 2.2 % (fetching them: 25-35 % at any wait); the
     client about as much as Tansu. A record into a quiet partition is seen after about half the period plus the

@@ -5,8 +5,9 @@ no registry secret in it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -109,6 +110,19 @@ def unreachable(cluster: Cluster, what: str = "") -> Unreachable:
         f"cluster '{cluster.name}' ({cluster.shown_bootstrap}) does not answer{detail};"
         " check that its brokers are up and the registry's bootstrap.servers"
     )
+
+
+@contextlib.contextmanager
+def answering(cluster: Cluster, what: str) -> Iterator[None]:
+    """The block's reads of `cluster`: one that timed out, or found no broker, is `unreachable`, never an answer."""
+    try:
+        yield
+    except TimeoutError:
+        raise unreachable(cluster, what) from None
+    except KafkaException as e:
+        if is_transport(e):
+            raise unreachable(cluster, what) from None
+        raise
 
 
 def describe_exception(e: BaseException, secrets: Iterable[str] = ()) -> tuple[int, str]:

@@ -16,7 +16,7 @@ decisions in brokers.py take the behaviour safe on every broker where the answer
                  a departed leader for good)
 
 The probes write a few records into the topic PROBE_TOPIC and use throwaway groups named PROBE_GROUP_PREFIX...; they
-never touch a user's topics or groups. bench/broker_probe.py measures the same differences on brokers it starts.
+never touch a user's topics or groups. bench/probes/broker_probe.py measures the same differences on brokers it starts.
 """
 
 from __future__ import annotations

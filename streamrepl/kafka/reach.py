@@ -71,7 +71,7 @@ async def _sweep(targets: list[list[tuple[str, int]]], timeout: float) -> list[b
     return list(await asyncio.gather(*(_any_accepts(t, timeout, gate) for t in targets)))
 
 
-def answering(
+def which_answer(
     clusters: Sequence[Cluster], timeout: float, ask: Callable[[Cluster, float], bool], workers: int = CLIENT_WORKERS
 ) -> list[bool]:
     """Whether each cluster answers (`ask(cluster, timeout)`, a Kafka client's question), in the clusters' order; a

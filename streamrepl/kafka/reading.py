@@ -78,7 +78,7 @@ def high_mark(c: Consumer, tp: TopicPartition, timeout: float = REQUEST_TIMEOUT)
     """The high watermark alone (it can under-count: see true_ends), in one ListOffsets request. `watermarks` sends
     two (low, high): across a plain delay line they go together, one round trip, but a proxy that forwards one
     request of a connection at a time (Tansu's) makes them two round trips, and costs 44 ms more even at 0 ms
-    (measured, docs/bench-wan.md)."""
+    (measured, docs/notes/bench-wan.md)."""
     answer = c.offsets_for_times([TopicPartition(tp.topic, tp.partition, LATEST)], timeout)[0]
     if answer.error is not None:
         raise KafkaException(answer.error)
@@ -269,8 +269,10 @@ def first_record(c: Consumer, tp: TopicPartition, low: int, end: int) -> Message
         c.unassign()
 
 
-def last_record(c: Consumer, tp: TopicPartition, end: int) -> Message | None:
-    """The record just before `end`, or None when the partition holds no visible record there."""
+def last_record(c: Consumer, tp: TopicPartition, end: int, strict: bool = False) -> Message | None:
+    """The record just before `end`, or None when the partition holds no visible record there (or, unless
+    `strict`, when the broker did not answer in time; `strict`: TimeoutError then, for callers that must not take
+    an unanswered read for an empty offset)."""
     if end <= 0:
         return None
     c.assign([TopicPartition(tp.topic, tp.partition, end - 1)])
@@ -284,6 +286,8 @@ def last_record(c: Consumer, tp: TopicPartition, end: int) -> Message | None:
                 return m if m.offset() == end - 1 else None
             if is_partition_eof(cast(KafkaError, m.error())):
                 return None
+        if strict:
+            raise TimeoutError(f"reading {tp.topic}[{tp.partition}] at offset {end - 1} timed out")
         return None
     finally:
         c.unassign()

@@ -26,7 +26,9 @@ def _address(bootstrap: str) -> tuple[str, int] | None:
         return None
 
 
-def _context(cluster: Cluster) -> ssl.SSLContext | None:
+def tls_context(cluster: Cluster) -> ssl.SSLContext | None:
+    """A client TLS context with the registry's CA, checks and client certificate, as librdkafka makes them (None when
+    they cannot be loaded)."""
     props = cluster.properties
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     verify = props.get("enable.ssl.certificate.verification", "true").lower() not in ("false", "0")
@@ -59,7 +61,7 @@ def tls_problem(cluster: Cluster, timeout: float = HANDSHAKE_TIMEOUT) -> str:
     if not cluster.uses_tls():
         return ""
     address = _address(cluster.bootstrap)
-    ctx = _context(cluster)
+    ctx = tls_context(cluster)
     if address is None or ctx is None:
         return ""
     host, port = address

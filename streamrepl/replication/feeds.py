@@ -410,9 +410,15 @@ class SourceFeeds:
                     continue
                 if high < 0:
                     continue  # no fetch answered yet
-                state.rechecked.add(name)
                 if 0 < high < state.writer.next:
-                    c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
+                    try:
+                        c.seek(TopicPartition(tp.topic, tp.partition, high - 1))
+                    except KafkaException as e:
+                        # Its end cached, the partition not fetched yet (its slots just taken up again): _STATE,
+                        # "Erroneous state". Tried again at the next pass; raised, it ended the gateway's worker.
+                        log.debug("%s[%d]: seek to %d not taken now (%s)", tp.topic, tp.partition, high - 1, e)
+                        continue
+                state.rechecked.add(name)
 
     def pending(self, units: dict[Unit, UnitState]) -> dict[str, int]:
         """Source records not applied yet, per link, from the watermarks of the last fetches (no request).

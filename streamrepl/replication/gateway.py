@@ -29,9 +29,10 @@ from ..registry import Cluster, Registry
 from ..settings import GatewaySettings
 from .allowlist import AllowList
 from .cursor_sync import CursorSyncProcess, owned_links
+from .destination import DestinationWatch, repair
 from .feeds import source_consumer
 from .links import Link, Plan, Unit
-from .membership import SlotGroup, ensure_internal_topics, slot_of
+from .membership import SlotGroup, slot_of
 from .metrics import MetricsServer, serve
 from .mover import Mover
 from .pauses import PauseWatch
@@ -92,6 +93,7 @@ class Gateway:
         #: the last of them ended (workers.exit_text)
         self.stats = GatewayStats(self.id, restarts=restarts)
         self._new_producer = new_producer
+        self._new_consumer = new_consumer
         #: spare source consumers are kept (SourceFeeds.keep_spares) only when they are real ones
         self._keep_spares = new_source_consumer is source_consumer
         if new_source_consumer is source_consumer:
@@ -109,6 +111,7 @@ class Gateway:
             self._producer,
             self.tuning.throttle_rate,
             on_fail=self._report_failure,
+            on_clash=self._report_clash,
             quiet=self.quiet,
             gateway_id=self.id,
             cluster_name=cluster,
@@ -144,6 +147,8 @@ class Gateway:
         self.cursor_sync: CursorSyncProcess | None = None
         #: a freeze longer than a third of the session throws the writes away (pauses.py)
         self.pause_watch = PauseWatch(self.tuning.session_ms / 3000)
+        #: the destination's internal topics gone or misshapen: it came back empty, and the gateway starts over
+        self.destination_watch = DestinationWatch(self.cluster)
         #: a changed registry entry of a cluster in use stops the gateway, to be started again (registrywatch.py)
         self.registry_watch = RegistryWatch(reg)
         self.metrics: MetricsServer | None = None
@@ -222,6 +227,9 @@ class Gateway:
     def _report_failure(self, unit: Unit, error: str) -> None:
         self.reports.unit(unit, "error", error)
 
+    def _report_clash(self, unit: Unit, link: Link, error: str) -> None:
+        self.reports.unit(unit, "error", error, sources=[link.src])
+
     def apply_plan(self, plan: Plan, present: set[str]) -> None:
         self.plan = plan
         # The plan is published again every few seconds unchanged: which of its units fall in this gateway's slots is
@@ -265,7 +273,7 @@ class Gateway:
         delay = 0.5
         while not self.stopping:
             try:
-                ensure_internal_topics(self.cluster)
+                repair(self.cluster)  # a misshapen one is said (destination.repair)
                 return
             except StreamreplError as e:
                 log.warning("%s; retrying in %.0f s", e, delay)
@@ -320,6 +328,7 @@ class Gateway:
             ).start()
             self.watcher.start()
             self.pause_watch.start()
+            self.destination_watch.start()
         self._replan = True
         self._plan_applied = None
         self._next_report = self._next_gate_check = 0.0
@@ -342,6 +351,10 @@ class Gateway:
                 f"this gateway stood still for {frozen:.1f} s (frozen, or starved of CPU), long enough for its"
                 " slots to have moved to another gateway"
             )
+        emptied = self.destination_watch.take()
+        if emptied:
+            self.start_over(emptied)
+            now = time.monotonic()
         self.group.poll()  # drives heartbeats and rebalances
         if self.session.restart_pending and now >= self._next_gate_check:
             self._next_gate_check = now + 0.5
@@ -366,7 +379,38 @@ class Gateway:
             return "news"
         return IDLE_SLEEP_QUIET
 
+    def start_over(self, found: str) -> None:
+        """The destination came back without the gateway's internal topics (destination.py): whatever this gateway
+        held there is gone with them. Its writes are thrown away, its slots dropped (the group went with the cluster's
+        state), the internal topics made again, the gateway list followed afresh, and the slots joined again; the plan
+        is applied again as the metadata now says (a replica gone is out of it until it is set up again)."""
+        log.warning(
+            "gateway %s: cluster %s came back without its state (%s): restarted on memory storage, wiped or rebuilt?"
+            " The gateway starts over on it: internal topics made again, slots joined again, the plan read again;"
+            " a replica it lost must be set up again (`stream replica list` on its source says so)",
+            self.id,
+            self.cluster.name,
+            found,
+        )
+        self.stats.starts_over += 1
+        self.session.restart(f"cluster {self.cluster.name} came back empty")
+        self.group.close()
+        self._wait_for_destination()
+        if self.stopping:
+            return
+        self.allow_list.stop()
+        self.allow_list = AllowList(
+            self.cluster, self.id, socket.gethostname(), self._new_consumer, parent_id=self.parent_id
+        )
+        self.allow_list.start()
+        self.reports.all(wait=REPORT_SECONDS)
+        self.group.join()
+        self._replan = True
+        self._plan_applied = None
+        self._reported_holding = (-1, -1)
+
     def shutdown(self) -> None:
+        self.destination_watch.stop()
         self.pause_watch.stop()
         self.watcher.stop()
         self.allow_list.stop()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import kafka, policy
-from ..divergence import Divergence, check, compare, read_sources, reads_source, resync_hint, tail_of
+from ..divergence import Divergence, check, clash, compare, read_sources, reads_source, resync_hint, tail_of
 from ..kafka import Consumer, KafkaException, Message, TopicPartition
 from .links import Link
 from .state import UnitState
@@ -57,6 +57,22 @@ class Conflict:
     sent that landed at wrong offsets can be counted (WriteSession.conflict_error)."""
 
     why: str
+
+
+@dataclass(frozen=True)
+class Clash:
+    """The replica partition holds another upstream's records of the same topic: this link's feed of it stops
+    (UnitTable.clash); the partition goes on with the records it keeps."""
+
+    error: str
+
+
+def clash_error(state: UnitState, link: Link, held: str) -> str:
+    """The clash message for `link`'s feed into `state`'s partition, whose records are of origin `held`."""
+    others = [lk for lk, _ in [*state.feeds.values(), *state.unverified.values()] if lk.src_uuid == held]
+    kept = str(others[0].src) if others else f"another stream (origin {held}, not an upstream of it now)"
+    unit = state.unit
+    return clash(str(link.dst), unit.topic, unit.partition, kept, str(link.src))
 
 
 @dataclass(frozen=True)
@@ -119,7 +135,7 @@ class ReplicaGuard:
             self._probes[link.src_cluster.name] = c
         return c
 
-    def check_source(self, state: UnitState, link: Link, tp: TopicPartition) -> bool | str | Fail:
+    def check_source(self, state: UnitState, link: Link, tp: TopicPartition) -> bool | str | Fail | Clash:
         """Does the source still hold what the replica holds (divergence.check)? True: yes; Fail: it diverged.
         When the source cannot be read now: "down" (its cluster does not answer) or "unread"."""
         state.checked_at = time.monotonic()
@@ -175,7 +191,7 @@ class ReplicaGuard:
     def forget_checks(self) -> None:
         self._checks_ahead = {}
 
-    def check_reread(self, state: UnitState, link: Link, batch: list[Message]) -> bool | Fail | Reverify:
+    def check_reread(self, state: UnitState, link: Link, batch: list[Message]) -> bool | Fail | Clash | Reverify:
         """Source records below the replica's end arrived (a feed seeks back, or the source reset the feed's
         position because the offset it asked for is out of range): compare them with what the replica holds.
         The record at the replica's last offset, when it is among them, is compared here; without it, the
@@ -198,15 +214,19 @@ class ReplicaGuard:
         if last < want and state.sole_feed:
             if w.idle() and time.monotonic() - state.checked_at > REREAD_CHECK_SECONDS:
                 verdict = self.check_source(state, link, state.feeds[link.name][1])
-                return verdict if isinstance(verdict, Fail) else True
+                return verdict if isinstance(verdict, (Fail, Clash)) else True
             # Checked a moment ago, or writes in flight. Let go on unchecked, a source that shrank below the replica
             # and then went quiet was never compared again: no ERROR, and `replica list` said up to date (tests/sim,
             # seed 940).
             return Reverify()
         return True
 
-    def _diverged(self, state: UnitState, link: Link, div: Divergence) -> Fail:
+    def _diverged(self, state: UnitState, link: Link, div: Divergence) -> Fail | Clash:
         unit = state.unit
+        tail = state.tail
+        if tail is not None and tail.origin not in (link.src_uuid, state.writer.dst_uuid):
+            # Not this source's record that differs: another stream's, of the same topic (many-to-one).
+            return Clash(clash_error(state, link, tail.origin))
         self.stats.divergences += 1
         source = f"source {link.src}:{unit.topic} partition {unit.partition}"
         hint = f"streamrepl diffstreams -src {link.src} -dst {link.dst}"

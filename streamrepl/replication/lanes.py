@@ -9,7 +9,7 @@ once, at one position, so the second link takes the cluster's next lane. A link 
 A lane is read by `fan` consumers, its strands, each its own connection to the source: librdkafka keeps one fetch in
 flight per broker connection, and a broker answers a fetch with a few MB at most (Tansu 0.6: ~4.2 MB whatever is
 asked), so one consumer across a round trip R moves at most that much per R (84 MB/s at 50 ms, about 80k records/s of
-1 KiB: docs/bench-wan.md). A feed's strand is chosen by its partition number (partition mod fan) and the fan is fixed
+1 KiB: docs/notes/bench-wan.md). A feed's strand is chosen by its partition number (partition mod fan) and the fan is fixed
 while the lane exists, so a feed never moves between consumers while its link is in the plan.
 
 The fan is the source's registry entry's (`streamrepl.source.consumers`), else chosen from how far the source is: on
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from .links import Link
 
 #: Consumers a lane reads a distant source with, unless the cluster's registry entry says (`streamrepl.source.consumers`).
-#: Measured (docs/bench-wan.md, "Several fetches in flight"): at 100 ms one consumer stopped at Tansu's ~4.2 MB a round
+#: Measured (docs/notes/bench-wan.md, "Several fetches in flight"): at 100 ms one consumer stopped at Tansu's ~4.2 MB a round
 #: trip (42 MB/s); four carry 168 MB/s, more than the gateway writes on loopback, so 100 ms costs it little.
 SOURCE_CONSUMERS = 4
 #: A lane's first topic lookup (a new client: its connection, ApiVersions and Metadata, mostly 2 round trips) slower

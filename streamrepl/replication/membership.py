@@ -61,13 +61,6 @@ def slot_of_link(link: Link, slots: int = SLOTS) -> int:
     return zlib.crc32(link.name.encode()) % slots
 
 
-def ensure_internal_topics(cluster: Cluster) -> None:
-    """The slot topic and the status topic exist in the destination cluster."""
-    if SLOT_TOPIC not in kafka.topics(cluster):
-        kafka.create_shared_topic(cluster, SLOT_TOPIC, SLOTS)  # another gateway may be creating it too
-    statustopic.ensure_topic(cluster)
-
-
 class GatewayFenced(StreamreplError):
     """Another gateway joined the slot group under this gateway's id."""
 
@@ -483,6 +476,18 @@ class SlotGroup:
         if self.consumer is not None:
             self._leave(self.consumer)
             self.consumer = None
+
+    def close(self) -> None:
+        """Drop every seat without leaving, its consumer closed: the group it was in is gone with the cluster's state
+        (destination.py), and a consumer that knew the old slot topic must not fetch the new one by its id."""
+        for seat in [*self.adopted.values(), self._own]:
+            if seat.consumer is not None:
+                with contextlib.suppress(Exception):
+                    seat.consumer.close()
+            seat.slots = set()
+        self.adopted.clear()
+        self.consumer = None
+        self.slots = set()
 
     def abandon(self) -> list[Consumer]:
         """Stop taking part without leaving: the consumers are handed back, to be kept open until the process

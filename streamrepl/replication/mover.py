@@ -16,16 +16,16 @@ from collections.abc import Callable
 from typing import cast
 
 from .. import kafka, policy
-from ..applier import ReplicaConflict
+from ..applier import OriginClash, ReplicaConflict
 from ..divergence import filler_tail, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer
 from .feeds import SourceFeeds
-from .guard import Conflict, Fail, LetGo, ReplicaGuard, Restart, Reverify, quiet_for_long
+from .guard import Clash, Conflict, Fail, LetGo, ReplicaGuard, Restart, Reverify, clash_error, quiet_for_long
 from .links import Link, Unit
 from .quiet import QuietFeeds
 from .state import UnitState
 from .stats import GatewayStats
-from .units import UnitTable
+from .units import UnitTable, no_clash_report, no_report
 from .writes import QUEUE_AGE, WriteSession, why_of
 
 log = logging.getLogger("streamrepl.gateway")
@@ -70,6 +70,7 @@ class Mover:
         throttle_rate: float,
         on_fail: Callable[[Unit, str], None] | None = None,
         quiet: QuietFeeds | None = None,
+        on_clash: Callable[[Unit, Link, str], None] | None = None,
         new_probe: Callable[..., Consumer] | None = None,
         gateway_id: str = "",
         cluster_name: str = "",
@@ -80,7 +81,7 @@ class Mover:
         (`on_fail(unit, error)` reports a failed unit) and the write session (`new_producer`)."""
         feeds = SourceFeeds(new_source_consumer, quiet)
         guard = ReplicaGuard(reader, new_probe or new_source_consumer, stats)
-        table = UnitTable(reader, feeds, guard, stats, on_fail) if on_fail else UnitTable(reader, feeds, guard, stats)
+        table = UnitTable(reader, feeds, guard, stats, on_fail or no_report, on_clash or no_clash_report)
         session = WriteSession(new_producer, reader, table, stats, gateway_id, cluster_name, queue_age)
         return cls(table, feeds, guard, session, stats, throttle_rate)
 
@@ -173,6 +174,9 @@ class Mover:
             if isinstance(verdict, Fail):
                 self.table.fail(state.unit, verdict.error)
                 return
+            if isinstance(verdict, Clash):
+                self.table.clash(state, link, verdict.error)
+                return
             if isinstance(verdict, Reverify):
                 self.table.reverify_feed(state, link.name)
                 return
@@ -221,6 +225,13 @@ class Mover:
                 if self.table.units.get(state.unit) is not state:
                     return  # the writes were restarted meanwhile
                 batch = [m for m in batch if m.offset() >= state.writer.next]  # type: ignore[operator]
+            except OriginClash as e:
+                if e.held and e.held != w.dst_uuid:
+                    # Another upstream's records of the same topic are in it: this feed stops, the partition goes on.
+                    self.table.clash(state, link, clash_error(state, link, e.held))
+                else:
+                    self.table.fail(state.unit, str(e))
+                return
             except ReplicaConflict as e:
                 self.table.fail(state.unit, str(e))
                 return

@@ -5,7 +5,7 @@ it is fetched, and on Tansu a waiting fetch keeps re-reading every partition it 
 a core at a 100 ms wait; noida-db answers empty fetches at once, about 1,000 a second). A feed quiet for
 QUIET_SECONDS leaves its link's consumer; an EndWatch per source cluster asks for the ends of all its quiet
 partitions in a few ListOffsets requests every kafka.quiet_end_check_ms (a tenth of the broker's cost of the
-fetches, measured with bench/idle_fetch_probe.py: BENCHMARKS.md). When a quiet partition's end passes where its
+fetches, measured with bench/probes/idle_fetch_probe.py: BENCHMARKS.md). When a quiet partition's end passes where its
 writer stands, the feed goes back to its link's consumer at the writer's next offset: nothing skipped or read twice.
 
 The end asked for is the consumer's (read_committed: the last stable offset where the broker knows it). A wake that

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from .. import statustopic
 from ..kafka import KafkaException, Producer
+from ..paths import StreamPath
 from .links import Plan, Unit
 from .state import UnitState
 from .stats import GatewayStats
@@ -50,14 +51,19 @@ class StatusReports:
         self._seats = seats
         self._caught_up = caught_up
 
-    def unit(self, unit: Unit, state: str, error: str = "", caughtup: bool = False) -> None:
-        """`caughtup`: the writer had applied all its feeds' last fetches showed (SourceFeeds.caught_up)."""
+    def unit(
+        self, unit: Unit, state: str, error: str = "", caughtup: bool = False, sources: list[StreamPath] | None = None
+    ) -> None:
+        """`caughtup`: the writer had applied all its feeds' last fetches showed (SourceFeeds.caught_up); `sources`:
+        the links (by source) the report is of (default: the unit's feeds, or its links in the plan)."""
         units = self.table.units
         feeds = units[unit].feeds if unit in units else {}
         plan = self._plan()
-        names = [link.src for link, _ in feeds.values()] or [
-            link.src for link, _ in (plan.units.get(unit, []) if plan else [])
-        ]
+        names = (
+            sources
+            or [link.src for link, _ in feeds.values()]
+            or [link.src for link, _ in (plan.units.get(unit, []) if plan else [])]
+        )
         nxt = units[unit].writer.next if unit in units else -1
         for src in names:
             body = {
@@ -87,6 +93,8 @@ class StatusReports:
             "units": sorted(u.key for u in self.table.units),
             "applied": self.stats.records_applied,
             "errors": len(self.table.errored),
+            # what keeps links of its plan from running (a source that does not answer): `replica list` says it
+            "problems": list(plan.problems) if (plan := self._plan()) is not None else [],
             # started again by its supervisor after it died, and how it died last (`cluster gateway list`)
             "restarts": self.restarts,
             "lastexit": self.last_exit,

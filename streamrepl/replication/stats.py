@@ -64,6 +64,8 @@ class GatewayStats:
     #: partitions stopped because their source's history changed under the replica (divergence.py)
     divergences: int = 0
     write_restarts: int = 0
+    #: the destination came back without its internal topics and the gateway started over on it (destination.py)
+    starts_over: int = 0
     #: waits of mover.QUEUE_WAIT_SLICE for the destination's acknowledgements, the write window full (writes.py)
     destination_waits: int = 0
     #: how many times the supervisor started this gateway again before this process (`gateway start`: workers.py)

@@ -20,7 +20,7 @@ from ..divergence import tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from ..paths import kafka_topic_name
 from .feeds import SourceFeeds
-from .guard import Fail, ReplicaGuard
+from .guard import Clash, Fail, ReplicaGuard
 from .links import Link, Plan, Unit
 from .state import UnitState
 from .stats import GatewayStats
@@ -41,7 +41,11 @@ START_QUIET_AT = 16
 READER = "reader"
 
 
-def _no_report(unit: Unit, error: str) -> None:
+def no_report(unit: Unit, error: str) -> None:
+    pass
+
+
+def no_clash_report(unit: Unit, link: Link, error: str) -> None:
     pass
 
 
@@ -55,10 +59,15 @@ class UnitTable:
         feeds: SourceFeeds,
         guard: ReplicaGuard,
         stats: GatewayStats,
-        on_fail: Callable[[Unit, str], None] = _no_report,
+        on_fail: Callable[[Unit, str], None] = no_report,
+        on_clash: Callable[[Unit, Link, str], None] = no_clash_report,
     ):
         self.reader, self.feeds, self.guard, self.stats = reader, feeds, guard, stats
         self._on_fail = on_fail
+        self._on_clash = on_clash
+        #: (unit, link name) -> why that link feeds the unit no more: another upstream's records of the same topic are
+        #: in it (forgotten when the link leaves the unit: a topic renamed or deleted, an upstream removed)
+        self.clashed: dict[tuple[Unit, str], str] = {}
         self.units: dict[Unit, UnitState] = {}
         #: failed units -> why
         self.errored: dict[Unit, str] = {}
@@ -96,6 +105,9 @@ class UnitTable:
         # A failed unit that left the plan (a link paused, as resync does) is checked again when it comes back.
         for unit in [u for u in self.errored if u not in wanted]:
             del self.errored[unit]
+        for unit, name in list(self.clashed):
+            if name not in {link.name for link, _ in wanted.get(unit, [])}:
+                del self.clashed[(unit, name)]
         taking_up = sum(
             1
             for unit in wanted
@@ -173,6 +185,8 @@ class UnitTable:
         for name in [n for n in state.unverified if n not in names]:
             del state.unverified[name]
         for link, src_kt in feeds:
+            if (state.unit, link.name) in self.clashed:
+                continue
             if link.name not in state.feeds:
                 # A link added to a running partition: its source is compared with the replica first.
                 state.unverified[link.name] = (link, src_kt)
@@ -218,7 +232,9 @@ class UnitTable:
             label=unit.key,
         )
         state = UnitState(unit, writer, tail=tail_of(last, dst_uuid) if last is not None else None)
-        state.unverified = {link.name: (link, src_kt) for link, src_kt in feeds}
+        state.unverified = {
+            link.name: (link, src_kt) for link, src_kt in feeds if (unit, link.name) not in self.clashed
+        }
         return state
 
     def _start(self, state: UnitState, start_quiet: bool) -> None:
@@ -239,6 +255,9 @@ class UnitTable:
             if isinstance(verdict, Fail):
                 self.fail(state.unit, verdict.error)
                 return False
+            if isinstance(verdict, Clash):
+                self.clash(state, link, verdict.error)
+                continue
             if verdict is not True:
                 # A source cluster that does not answer is asked again for all its partitions at once; a
                 # partition that cannot be read (its topic missing) only for itself.
@@ -301,6 +320,16 @@ class UnitTable:
         """The writes start again with a new producer (WriteSession.restart): it has no sequence to keep."""
         self._left_at.clear()
         self.stale_producer = ""
+
+    def clash(self, state: UnitState, link: Link, error: str) -> None:
+        """`link` feeds `state`'s partition no more (another upstream's records of the topic are in it); its other
+        feeds go on."""
+        log.error("%s", error)
+        if link.name in state.feeds:
+            self.remove_feed(state, link.name)
+        state.unverified.pop(link.name, None)
+        self.clashed[(state.unit, link.name)] = error
+        self._on_clash(state.unit, link, error)
 
     def fail(self, unit: Unit, error: str) -> None:
         log.error("%s", error)

@@ -22,6 +22,8 @@ from .plan import Planner
 
 log = logging.getLogger("streamrepl.gateway")
 
+#: how often a problem of the plan that lasts (a source that does not answer) is logged again
+PROBLEM_LOG_SECONDS = 30.0
 #: how often the plan watcher passes without a change (the plan read again when it had problems, the topics listed
 #: when LISTING_SECONDS passed)
 REFRESH_SECONDS = 2.0
@@ -104,6 +106,7 @@ class PlanWatcher:
 
     def _watch(self) -> None:
         logged: list[str] = []
+        next_problem_log = 0.0
         plan: Plan | None = None
         changed, next_full_read = True, 0.0
         #: the metadata topics' ends taken just before the stream records were last read: a record written while
@@ -144,10 +147,13 @@ class PlanWatcher:
                 periodic = listed is None or time.monotonic() >= listed_until
                 if periodic and self.planner.adopt_source_topics(plan):
                     plan = self.planner.discover()
-                if plan.problems != logged:
+                if plan.problems != logged or (plan.problems and time.monotonic() >= next_problem_log):
+                    # Said again while it lasts: a gateway that could not read a source logged it once, then nothing
+                    # for minutes while the link's partitions stalled (issue 38).
                     for p in plan.problems:
-                        log.warning("%s", p)
+                        log.warning("%s; not replicated until it is mended", p)
                     logged = plan.problems
+                    next_problem_log = time.monotonic() + PROBLEM_LOG_SECONDS
                 if not periodic and listed is not None and self.planner.covers(plan, listed):
                     present = listed
                 else:

@@ -36,7 +36,7 @@ SEED = int(time.time())
 #: the full size, CHAOS_SIZE=full, goes on until both FULL_KILLS and FULL_RECORDS are reached)
 KILL_WINDOW = 40
 FULL_KILLS, FULL_RECORDS = 20, 500_000
-#: Why the scenarios that kill or stall gateways do not apply on noida-db (bench/broker_probe.py: kill).
+#: Why the scenarios that kill or stall gateways do not apply on noida-db (bench/probes/broker_probe.py: kill).
 NOIDA_KEEPS_DEAD_MEMBERS = (
     "noida-db's group coordinator never expires a member that died or stopped heartbeating: its partitions stay"
     " assigned to it and a new member's join waits for it, so replication stops"

@@ -214,15 +214,18 @@ def test_edit_and_delete_need_adminperm(cli: Cli) -> None:
 
 def test_info_hides_aces_from_users_without_adminperm(cli: Cli) -> None:
     path = unique_path()
-    assert cli("stream", "create", "-path", path, "-adminperm", "g:eng").code == 0
+    assert cli("stream", "create", "-path", path, "-adminperm", "g:eng", "-force", "true").code == 0
     assert "adminperm" not in info(cli, path, env=ALICE_QA)
     assert info(cli, path, env=ALICE_ENG)["adminperm"] == "g:eng"
 
 
 def test_admin_can_give_adminperm_away_and_then_loses_it(cli: Cli) -> None:
     path = unique_path()
-    assert cli("stream", "create", "-path", path, "-adminperm", "g:eng").code == 0
-    assert cli("stream", "edit", "-path", path, "-adminperm", "u:bob", env=ALICE_ENG).code == 0
+    # Handing it to someone else locks its author out: refused unless forced.
+    refused = cli("stream", "create", "-path", path, "-adminperm", "g:eng")
+    assert "-force true" in one_error_line(refused)
+    assert cli("stream", "create", "-path", path, "-adminperm", "g:eng", "-force", "true").code == 0
+    assert cli("stream", "edit", "-path", path, "-adminperm", "u:bob", "-force", "true", env=ALICE_ENG).code == 0
     r = cli("stream", "edit", "-path", path, "-adminperm", "g:eng", env=ALICE_ENG)
     assert "lacks adminperm" in one_error_line(r)
     assert cli("stream", "edit", "-path", path, "-ttl", "9", env={"STREAMREPL_IDENTITY": "user=bob"}).code == 0

@@ -202,7 +202,7 @@ def test_topicperm_enforced(cli: Cli) -> None:
 
 
 def test_adminperm_includes_topicperm(cli: Cli) -> None:
-    path = make_stream(cli, "-topicperm", "u:nobody", "-adminperm", "g:ops")
+    path = make_stream(cli, "-topicperm", "u:nobody", "-adminperm", "g:ops", "-force", "true")
     env = {"STREAMREPL_IDENTITY": "user=olga;groups=ops"}
     assert cli("stream", "topic", "create", "-path", path, "-topic", "t", env=env).code == 0
 

@@ -244,7 +244,7 @@ def test_synchronous_replica_whose_topic_is_made_after_the_producer_asked_comes_
     # The producer asks for the replica's end before any gateway made the replica's topic. librdkafka then keeps the
     # topic as absent in its reader's metadata cache; behind longer-lived entries (Tansu answers a broker-only
     # metadata request with all its topics) that entry stayed for minutes, so the replica, made and filled by the
-    # gateway, was never seen and every record fell back (bench/wan_ops.py's produce at 100 ms, docs/bench-wan.md).
+    # gateway, was never seen and every record fell back (bench/wan_ops.py's produce at 100 ms, docs/notes/bench-wan.md).
     from streamrepl import replicas
     from streamrepl.replication.gateway import Gateway
 

@@ -97,7 +97,23 @@ def failback_crash_test(ec: EphemeralClusters, step: int) -> None:
     assert j is not None and j["done"] == list(FAILBACK_STEPS[:step]) and j["old"] == pair.sf
     again = cli(*pair.args(), registry=pair.reg)
     assert f"completed the interrupted failback of {pair.sf} from {pair.ny}" in again.stderr, again.stderr
+    # The rerun's table has a fresh run's columns, in its order: `-noheader` scripts read them by position.
+    assert again.stdout.splitlines()[0].split() == list(FRESH_COLUMNS), again.stdout
     pair.check_failed_back()
+
+
+#: a fresh failback's columns, in its order
+FRESH_COLUMNS = (
+    "topic",
+    "partition",
+    "oldprimary",
+    "oldend",
+    "newprimary",
+    "newend",
+    "forkoffset",
+    "setaside",
+    "aside",
+)
 
 
 @pytest.mark.parametrize(

@@ -457,3 +457,96 @@ def test_a_resync_planned_before_another_one_finished_refuses_and_changes_nothin
     assert "nothing was changed" in str(refused.value), refused.value
     (aside,) = [r["path"] for r in cli_data("stream", "list", registry=reg) if r["path"].startswith(f"{ny}.aside-")]
     check_resynced(ec, before, aside, tmp_path)
+
+
+def test_promote_interrupted_after_removing_the_upstream_says_so(
+    ec: EphemeralClusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between removing the upstream and marking it done, promote said 'done: nothing'."""
+    from streamrepl import promote, replicas
+
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
+    real = replicas.upstream_remove
+
+    def then_interrupted(*args: object) -> None:
+        real(*args)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replicas, "upstream_remove", then_interrupted)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        promote.promote(registry.load(str(reg)), ny)
+    said = str(stopped.value)
+    assert f"promote of {ny} stopped part way" in said and "nothing" not in said, said
+    assert f"removed the upstream {sf}" in said and "run promote again to complete it" in said, said
+    monkeypatch.setattr(replicas, "upstream_remove", real)
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    check_promoted(ec, before)
+
+
+def test_promote_whose_broker_stops_answering_says_it_stopped_part_way(ec: EphemeralClusters) -> None:
+    from streamrepl import promote
+    from streamrepl.errors import Unreachable
+
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
+
+    def stalled(_: object) -> list[str]:
+        raise Unreachable("cluster 'newyork' (127.0.0.1:1) does not answer while writing stream metadata")
+
+    with pytest.raises(StreamreplError) as stopped:
+        promote.promote(registry.load(str(reg)), ny, wait_released=stalled)
+    said = str(stopped.value)
+    assert said.startswith("cluster 'newyork' (127.0.0.1:1) does not answer while writing stream metadata"), said
+    assert f"promote of {ny} stopped part way" in said and "run promote again to complete it" in said, said
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    check_promoted(ec, before)
+
+
+@pytest.mark.parametrize("delay", [pytest.param(0.05, marks=pytest.mark.drcrash), 0.5])
+def test_promote_given_sigterm_early_says_what_was_done(ec: EphemeralClusters, delay: float) -> None:
+    """At 0.5 s it exited 143 with no output at all (the signal came before its handler was set)."""
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    before = Sides(ec, sf, ny)
+    proc = subprocess.Popen(
+        [STREAMREPL_BIN, "stream", "replica", "promote", "-path", ny],
+        env={**os.environ, "STREAMREPL_CLUSTERS": str(reg)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in out + err, err
+    if proc.returncode == 128 + signal.SIGTERM:
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        assert "promote" in last and ("nothing was changed" in last or "run promote again" in last), err
+    cli("stream", "replica", "promote", "-path", ny, registry=reg)
+    check_promoted(ec, before)
+
+
+def test_promote_of_a_replica_holding_another_upstreams_records_is_refused_and_changes_nothing(
+    ec: EphemeralClusters,
+) -> None:
+    """A many-to-one replica whose other upstream was removed as promote advised: promoted, it took over the one
+    source's identity and wrote it into partitions of the other origin (copystream and diffstreams then failed at
+    their first record), and the removed upstream's link said the replica was 'deleted and created again'."""
+    reg = ec.registry_path
+    sf, ny = replicated_pair(ec)
+    cli("stream", "topic", "create", "-path", ny, "-topic", "u", registry=reg)
+    other = "0f0f0f0f-0000-4000-8000-0000000000aa"  # the removed upstream's records, as its gateway copied them
+    write(
+        ec.brokers["newyork"].bootstrap, kafka_topic_name(sp(ny), "u"), {0: 4}, "lon", [(policy.ORIGIN, other.encode())]
+    )
+    before = record(reg, ny)
+    run = cli("stream", "replica", "promote", "-path", ny, registry=reg, check=False)
+    line = one_error_line(run)
+    assert f"{ny}:u[0] holds records of another stream (origin {other})" in line, line
+    assert f"promote takes over the history of {sf} alone" in line and "nothing was changed" in line, line
+    assert record(reg, ny).to_json() == before.to_json()
+    dry = cli("stream", "replica", "promote", "-path", ny, "-dryrun", "true", registry=reg, check=False)
+    assert one_error_line(dry) == line

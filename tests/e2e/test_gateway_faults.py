@@ -92,7 +92,7 @@ def progressing(env: Env, dst: str, topics: dict[str, int]) -> bool:
 
 @not_on_noida(
     "noida-db's group coordinator never expires a member that died (SIGKILL): its partitions stay assigned"
-    " to it and the restarted gateway's join waits for it, so replication stops (bench/broker_probe.py: kill)"
+    " to it and the restarted gateway's join waits for it, so replication stops (bench/probes/broker_probe.py: kill)"
 )
 def test_three_gateways_one_sigkilled_every_few_seconds(env: Env, newyork_gateways: Gateways) -> None:
     """A gateway is SIGKILLed while the gateways are writing (so in the middle of a batch) and restarted
@@ -121,7 +121,7 @@ def test_three_gateways_one_sigkilled_every_few_seconds(env: Env, newyork_gatewa
 @not_on_noida(
     "noida-db's group coordinator never expires a member: the gateways' sessions lapse while their coordinator"
     " (newyork) is frozen, they rejoin as new members after the thaw, and the rebalance waits for the old"
-    " members for good, so replication never resumes (bench/broker_probe.py: frozen)"
+    " members for good, so replication never resumes (bench/probes/broker_probe.py: frozen)"
 )
 def test_destination_frozen_20s_under_load(env: Env, newyork_gateways: Gateways) -> None:
     src, dst = pair(env, "sanfrancisco", "newyork", TOPICS)
@@ -142,7 +142,7 @@ def test_destination_frozen_20s_under_load(env: Env, newyork_gateways: Gateways)
 
 @not_on_noida(
     "noida-db's group coordinator never expires a member that stops heartbeating (here SIGSTOP past its"
-    " session), so the other gateway never takes its partitions over (bench/broker_probe.py: kill)"
+    " session), so the other gateway never takes its partitions over (bench/probes/broker_probe.py: kill)"
 )
 def test_gateway_frozen_with_records_queued_writes_none_of_them_after_the_takeover(env: Env) -> None:
     """A gateway frozen (SIGSTOP) past its session while librdkafka still holds records it has not sent: the

@@ -81,7 +81,7 @@ def _compare(ec: EphemeralClusters, src: str, dst: str, sent: int) -> None:
 
 @not_on_noida(
     "noida-db's group coordinator never expires a member that died (SIGKILL): its partitions stay assigned"
-    " to it and the restarted gateway's join waits for it (bench/broker_probe.py: kill)"
+    " to it and the restarted gateway's join waits for it (bench/probes/broker_probe.py: kill)"
 )
 def test_a_link_read_by_several_consumers_is_replicated_exactly_through_a_sigkill(ec, tmp_path: Path) -> None:
     src, dst = _pair(ec, "strandskill")

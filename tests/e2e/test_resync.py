@@ -258,3 +258,101 @@ def test_resync_keeps_a_link_the_operator_had_paused_paused(env: Env) -> None:
     assert f"'streamrepl stream replica resume -path {src} -replica {dst}'" in done.stderr, done.stderr
     assert row_of(env, src, dst)["paused"] is True
     assert true_ends(env.bs_of(dst), sp(dst), {"t": 1})[("t", 0)] == 0  # rebuilt empty, and nothing copied into it
+
+
+def test_resync_of_a_paused_link_says_which_link_is_paused_already(env: Env) -> None:
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    plan = cli(
+        "stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", "-dryrun", "true", registry=env.reg
+    )
+    assert "pause  and" not in plan.stderr, plan.stderr
+    assert f"resync: the link {src} -> {dst} is paused already; wait until no gateway holds t" in plan.stderr, (
+        plan.stderr
+    )
+
+
+def test_a_second_resync_in_the_same_minute_sets_aside_into_a_stream_of_its_own(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set-aside stream is named by the minute: a second resync of the pair within it took the same name, and
+    rolled back saying 'run resync again', which failed the same way until the minute changed."""
+    from datetime import datetime
+
+    from streamrepl import dr
+
+    class SameMinute(datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+            return datetime(2026, 12, 2, 8, 15, 30)
+
+    monkeypatch.setattr(dr, "datetime", SameMinute)
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    produce(env.bs_of(src), sp(src), "t", 4, 1)
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    asides = []
+    for n in (3, 2):
+        produce(env.bs_of(dst), sp(dst), "t", n, 1, tag=f"replica{n}")
+        done = cli("stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", registry=env.reg)
+        asides += re.findall(r"set aside: (\S+) holds", done.stderr)
+    assert len(asides) == 2 and asides[0] != asides[1], asides
+    assert asides[0] == f"{dst}.aside-202612020815", asides
+    for aside, n in zip(asides, (3, 2), strict=True):
+        assert len(read_partition(env.bs_of(aside), env.kt(aside, "t"), 0)) == n
+
+
+def test_replica_list_right_after_a_resync_does_not_show_the_error_it_cured(env: Env) -> None:
+    """The gateway's report of the diverged partition (its ERROR) stayed until the gateway reported it again."""
+    import json
+
+    from streamrepl import registry, statustopic
+
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    produce(env.bs_of(src), sp(src), "t", 4, 1)
+    produce(env.bs_of(dst), sp(dst), "t", 3, 1, tag="replica")
+    cli("stream", "replica", "pause", "-path", src, "-replica", dst, registry=env.reg)
+    report = {"state": "error", "error": f"source {src}:t partition 0 diverged at offset 2", "updated": 1}
+    key = statustopic.unit_key(dst, src, "t", 0)
+    statustopic.put(registry.load(str(env.reg)).get("newyork"), key, json.dumps(report).encode(), "a test report")
+    assert row_of(env, src, dst)["replicaState"] == "REPLICA_STATE_ERROR"
+    cli("stream", "replica", "resync", "-path", src, "-replica", dst, "-topic", "t", registry=env.reg)
+    row = row_of(env, src, dst)
+    assert (row["replicaState"], row["lasterror"]) != ("REPLICA_STATE_ERROR", report["error"]), row
+    assert "diverged" not in row["lasterror"], row
+
+
+# Each waits out a read timeout (about 10 s): with the long tests, on noida-db (see noida_run); the default run has
+# tests/unit/test_resync_plan.py.
+@noida_run
+@pytest.mark.parametrize("stalled", ["sanfrancisco", "newyork"])
+def test_a_broker_stalled_during_the_fork_search_fails_the_plan_closed(
+    env: Env, monkeypatch: pytest.MonkeyPatch, stalled: str
+) -> None:
+    """Every replica record differs from its source's. With a broker stalled (SIGSTOP) during the fork search, the
+    dry run exited 0 with a fork past 0: each read that timed out counted as a match."""
+    from support.freeze import broker_frozen
+
+    from streamrepl import policy, registry
+    from streamrepl import resync as resync_module
+
+    src, dst = pair(env, {"t": 1})
+    new_topics(env.reg, dst, {"t": 1})
+    write(env.bs_of(src), env.kt(src, "t"), {0: 8}, "source")
+    write(env.bs_of(dst), env.kt(dst, "t"), {0: 8}, "other", [(policy.ORIGIN, uuid_of(env.reg, src).encode())])
+    real = resync_module._fork
+
+    def stalled_fork(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with broker_frozen(env.ec, stalled):
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(resync_module, "_fork", stalled_fork)
+    reg = registry.load(str(env.reg))
+    with pytest.raises(Exception) as refused:
+        resync_module.resync(reg, src, dst, dryrun=True)
+    assert f"cluster '{stalled}' (" in str(refused.value) and "does not answer" in str(refused.value), refused.value
+    monkeypatch.setattr(resync_module, "_fork", real)
+    (row,) = resync_module.resync(reg, src, dst, dryrun=True)
+    assert (row["forkoffset"], row["setaside"]) == (0, 8), row

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.clusters import RECENT_MS
 from support.env import Env, own_env
+from support.histories import write
 from support.streams import (
     Gateways,
     cli,
@@ -579,3 +580,71 @@ def test_topics_made_by_plain_kafka_clients_are_replicated_both_ways_and_many_to
     assert assert_replica_of(env, west, hub, {"w": 2}) == 200
     assert assert_replica_of(env, east, hub, {"e": 2}) == 200
     wait_uptodate(env, a, b, west, east)
+
+
+def test_many_to_one_clash_names_both_upstreams_stops_only_its_partitions_and_its_advice_keeps_both(
+    env: Env,
+) -> None:
+    """Two upstreams write topic `shared` into one replica: the replica keeps the first one's records; the second's
+    link says so by path, with what to do, on the clashing partitions alone (ahead of the replica on one, behind it
+    on the other), while its other topic replicates; followed (the second upstream removed), both keep theirs."""
+    n = name("clash")
+    sf, lon, agg = f"/sanfrancisco/{n}", f"/tokyo/{n}", f"/newyork/{n}agg"
+    for path in (sf, lon, agg):
+        new_stream(env.reg, path)
+    new_topics(env.reg, sf, {"shared": 2})
+    new_topics(env.reg, lon, {"shared": 2, "lonly": 1})
+    write(env.bs_of(sf), env.kt(sf, "shared"), {0: 20, 1: 20}, "sf")
+    write(env.bs_of(lon), env.kt(lon, "shared"), {0: 30, 1: 5}, "lon")
+    produce_to(env, lon, "lonly", 12, 1, tag="lonly")
+    link(env.reg, sf, agg)
+    wait_replicated(env, sf, agg, {"shared": 2})
+    sf_held = read_all(env.bs_of(agg), sp(agg), {"shared": 2})
+    link(env.reg, lon, agg)
+
+    def clash_reported() -> dict | None:
+        row = replica_rows(env.reg, lon)[agg]
+        return row if row["errorPartitions"] == 2 else None
+
+    row = wait_until(clash_reported, 60, "the clash on both partitions of lon's link")
+    error = row["lasterror"]
+    assert f"two upstreams write topic shared into {agg}, {sf} and {lon}" in error, error
+    assert f"keeps the records of {sf}" in error and "diverged" not in error, error
+    fix = f"'streamrepl stream replica remove -path {lon} -replica {agg}'"
+    assert fix in error, error
+    wait_replicated(env, lon, agg, {"lonly": 1})  # lon's other topic goes on
+    produce_to(env, sf, "shared", 6, 2, start=100, tag="sf2")  # and so does sf into the clashing partitions
+    wait_replicated(env, sf, agg, {"shared": 2})
+    sf_row = replica_rows(env.reg, sf)[agg]
+    assert (sf_row["replicaState"], sf_row["errorPartitions"]) == ("REPLICA_STATE_REPLICATING", 0), sf_row
+    assert assert_replica_of(env, sf, agg, {"shared": 2}) == 46
+    lon_recs = read_all(env.bs_of(lon), sp(lon), {"shared": 2})
+
+    cli(*fix.strip("'").split()[1:], registry=env.reg)
+    assert agg not in replica_rows(env.reg, lon)
+    wait_uptodate(env, sf)
+    assert assert_replica_of(env, sf, agg, {"shared": 2}) == 46
+    held = read_all(env.bs_of(agg), sp(agg), {"shared": 2})
+    assert all(held[tp][: len(sf_held[tp])] == sf_held[tp] for tp in sf_held), "nothing of sf's was overwritten"
+    assert read_all(env.bs_of(lon), sp(lon), {"shared": 2}) == lon_recs
+
+
+def test_topic_create_refuses_a_name_another_upstream_of_a_replica_writes_unless_forced(env: Env) -> None:
+    n = name("tc")
+    sf, lon, agg = f"/sanfrancisco/{n}", f"/tokyo/{n}", f"/newyork/{n}agg"
+    for path in (sf, lon, agg):
+        new_stream(env.reg, path)
+    new_topics(env.reg, sf, {"shared": 1})
+    link(env.reg, sf, agg, paused=True)
+    link(env.reg, lon, agg, paused=True)
+    refused = cli("stream", "topic", "create", "-path", lon, "-topic", "shared", registry=env.reg, check=False)
+    assert refused.code != 0
+    line = refused.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert f"topic shared of {lon} would clash in {agg}, a replica of {lon}: its upstream {sf} has a topic" in line
+    assert "-force true" in line, line
+    assert "shared" not in {r["topic"] for r in cli_data("stream", "topic", "list", "-path", lon, registry=env.reg)}
+    cli("stream", "topic", "create", "-path", lon, "-topic", "other", registry=env.reg)  # no clash: no word
+    forced = cli("stream", "topic", "create", "-path", lon, "-topic", "shared", "-force", "true", registry=env.reg)
+    assert f"warning: topic shared of {lon} clashes in {agg}" in forced.stderr, forced.stderr
+    assert "shared" in {r["topic"] for r in cli_data("stream", "topic", "list", "-path", lon, registry=env.reg)}

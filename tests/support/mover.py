@@ -172,6 +172,8 @@ class Rig:
         self.producer = FakeProducer()
         self.stats = GatewayStats("test")
         self.failed: list[tuple[Unit, str]] = []
+        #: (unit, source of the link whose feed stopped, why) as the table reports them (UnitTable.clash)
+        self.clashed: list[tuple[Unit, str, str]] = []
         self.mover = Mover.assemble(
             FakeConsumer(),  # type: ignore[arg-type]
             self.stats,
@@ -180,6 +182,7 @@ class Rig:
             throttle_rate,
             lambda u, e: self.failed.append((u, e)),
             QuietFeeds(lambda cluster: EndWatch(self._ends_client, 0.1, start=False)),
+            on_clash=lambda u, lk, e: self.clashed.append((u, str(lk.src), e)),
         )
         self.table, self.session = self.mover.table, self.mover.session
         self.unit = Unit(DST, "t", 0)

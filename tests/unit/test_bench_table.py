@@ -66,3 +66,19 @@ def test_a_page_without_a_block_is_refused(table: ModuleType) -> None:
     cut = page.replace("<!-- table: scale -->", "").replace("<!-- end table: scale -->", "")
     with pytest.raises(SystemExit, match=r"missing \['scale'\]"):
         table.render(cut, table.load())
+
+
+def test_the_throughput_goals_come_from_users_records_of_a_sustained_run(table: ModuleType) -> None:
+    """A repeated-byte row is shown but never judged; a run too short to leave its start-up behind is no figure."""
+    run = json.loads((ROOT / "bench" / "results" / "run.json").read_text(encoding="utf-8"))
+    row = next(r for r in run["throughput"] if r["value_bytes"] == 100 and r.get("values") != "one repeated byte")
+    repeated = copy.deepcopy(row)
+    repeated["values"] = "one repeated byte"
+    repeated["gateway1"]["ratio_to_c_relay_idempotent"] = 5.0
+    only_repeated = {**run, "throughput": [repeated]}
+    with pytest.raises(table.NoFigure, match="repeated byte"):
+        table.gateway_vs_exact_relay(100)(only_repeated)
+    figure, _ = table.gateway_vs_exact_relay(100)({**run, "throughput": [repeated, row]})
+    assert figure.startswith(f"{row['gateway1']['ratio_to_c_relay_idempotent']:.2f}x")
+    with pytest.raises(table.NoFigure, match="start-up"):
+        table.gateway_vs_exact_relay(100)({**run, "records": 200_000})

@@ -1,4 +1,5 @@
-"""Every file, module and link the documents name exists: README.md, docs/*.md, RELIABILITY.md, BENCHMARKS.md.
+"""Every file, module and link the documents name exists: README.md, docs/*.md, docs/notes/*.md, RELIABILITY.md,
+BENCHMARKS.md.
 
 A reference is a repository path (`streamrepl/replication/quiet.py`, `tests/e2e/test_dr.py`, `bench/run.py`,
 `docs/alerts.yml`), a module named from inside streamrepl/ (`replication/quiet.py`, `kafka/probes.py`,
@@ -18,7 +19,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted(
+    [ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs").glob("*.md")]
+    + [*(ROOT / "docs" / "notes").glob("*.md")]
+)
 
 # Names that do not exist on purpose, each with its reason; the test checks that they are still named and still
 # absent, so that the list does not outlive them.
@@ -26,8 +30,8 @@ NOT_FILES = {
     # The restructure table lists the modules that were split (and are gone) beside what replaced them.
     "docs/architecture.md": {"client.py", "checkpoints.py", "gateway_info.py", "cursors.py", "broker.py"},
     # Built by bench/setup, not tracked; a measurement names the module as it was at the commit it measured.
-    "docs/bench-log.md": {"bench/.build/relay", "replication/following.py"},
-    "docs/bench-wan.md": {"bench/.build/relay", "bench/.build"},
+    "docs/notes/bench-log.md": {"bench/.build/relay", "replication/following.py"},
+    "docs/notes/bench-wan.md": {"bench/.build/relay", "bench/.build"},
 }
 
 TOP_DIRS = ("streamrepl", "tests", "bench", "docs", "scripts", "man", "completions", ".ci")

@@ -51,7 +51,7 @@ def test_addresses_read_as_the_client_reads_them(bootstrap: str, found: list[tup
 def test_closed_ports_are_told_without_a_kafka_client() -> None:
     asked: list[str] = []
     clusters = [Cluster(f"c{i}", {"bootstrap.servers": f"127.0.0.1:{closed_port()}"}) for i in range(50)]
-    answers = reach.answering(clusters, 5.0, lambda c, t: asked.append(c.name) or True)
+    answers = reach.which_answer(clusters, 5.0, lambda c, t: asked.append(c.name) or True)
     assert answers == [False] * 50
     assert asked == []
 
@@ -63,7 +63,7 @@ def test_a_cluster_that_accepts_or_cannot_be_read_is_asked(listening: int) -> No
         Cluster("odd", {"bootstrap.servers": f"op:pw@127.0.0.1:{closed_port()}"}),
     ]
     asked: list[str] = []
-    answers = reach.answering(clusters, 5.0, lambda c, t: asked.append(c.name) or c.name == "open")
+    answers = reach.which_answer(clusters, 5.0, lambda c, t: asked.append(c.name) or c.name == "open")
     assert answers == [True, False, False]
     assert sorted(asked) == ["odd", "open"]
 
@@ -84,7 +84,7 @@ def test_the_clients_that_ask_are_bounded_in_number(listening: int) -> None:
             now -= 1
         return True
 
-    assert reach.answering(clusters, 5.0, ask, workers=4) == [True] * 40
+    assert reach.which_answer(clusters, 5.0, ask, workers=4) == [True] * 40
     assert 1 < most <= 4
 
 

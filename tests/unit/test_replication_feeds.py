@@ -280,3 +280,29 @@ def test_partitions_taken_up_again_ask_for_their_topic_on_every_strand_at_once()
     rig.mover.table.follow(plan, dst, plan.units, True, rig.producer)  # type: ignore[arg-type]
     assert sorted(asked) == list(range(8)), "each strand asked once, all at the same time"
     assert set(rig.mover.table.units) == set(plan.units)
+
+
+def test_a_seek_refused_while_a_partition_is_not_fetched_yet_is_tried_again_not_fatal() -> None:
+    """A feed whose source ends below the replica reads the source's last record again (recheck_lagging). Right after
+    its slots were taken up again the partition's cached end is known while librdkafka has not started fetching it:
+    the seek fails with _STATE ("Failed to seek ... Erroneous state", issue 38), which killed the gateway's worker
+    three times. Refused, it is tried again at the next pass."""
+    rig = SpreadRig(_link(fan=1))
+    state = rig.mover.table.units[Unit(DST, "t", 0)]
+    state.rechecked.clear()
+    state.writer.next = 10
+    c = rig.holder(0)
+    refusals = [kafka.KafkaException(kafka.KafkaError(kafka.KafkaError._STATE, "Failed to seek: Erroneous state"))]
+    seek = c.seek
+
+    def refusing_seek(tp: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        seek(tp)
+
+    c.seek = refusing_seek  # type: ignore[method-assign]
+    c.get_watermark_offsets = lambda tp, timeout=0, cached=False: (0, 5)  # type: ignore[method-assign]
+    rig.mover.feeds.recheck_lagging({Unit(DST, "t", 0): state})
+    assert not state.rechecked and c.seeks == []
+    rig.mover.feeds.recheck_lagging({Unit(DST, "t", 0): state})
+    assert c.seeks == [(rig.src_kt, 0, 4)] and state.rechecked

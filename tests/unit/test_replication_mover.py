@@ -49,8 +49,9 @@ def test_a_throttled_link_writes_one_slice_then_pauses_the_partition() -> None:
     assert (kt, 0) not in rig.source.paused and state.throttled_until == 0.0
 
 
-def test_records_of_another_origin_stop_the_partition() -> None:
-    """The same topic written in two streams that both feed one replica: a conflict, reported, not written."""
+def test_records_of_another_origin_stop_that_feed_alone_and_say_so_by_path() -> None:
+    """The same topic written in two streams that both feed one replica (many-to-one): the other stream's feed of
+    the partition stops, reported on its link alone with both upstreams by path; the first one's records go on."""
     other = StreamPath("tokyo", "/s")
     rig = Rig(link(), link(other, "TOKYO"))
     rig.feed(SRC, [0, 1, 2])
@@ -58,10 +59,15 @@ def test_records_of_another_origin_stop_the_partition() -> None:
     rig.feed(other, [3])
     rig.mover.move_once()
     assert len(rig.replica()) == 3, "nothing of the other origin was written"
-    assert rig.unit in rig.table.errored and rig.unit not in rig.table.units
-    assert rig.stats.failures == 1
-    ((unit, error),) = rig.failed
-    assert unit == rig.unit and "offset 3 comes from stream TOKYO" in error, error
+    assert rig.unit not in rig.table.errored and rig.unit in rig.table.units and rig.failed == []
+    ((unit, source, error),) = rig.clashed
+    assert (unit, source) == (rig.unit, "/tokyo/s"), rig.clashed
+    assert "two upstreams write topic t into /ny/s, /sf/s and /tokyo/s" in error, error
+    assert "keeps the records of /sf/s" in error, error
+    assert "'streamrepl stream replica remove -path /tokyo/s -replica /ny/s'" in error, error
+    rig.feed(SRC, [3, 4])
+    rig.mover.move_once()
+    assert len(rig.replica()) == 5, "the first upstream's records go on"
 
 
 @pytest.mark.parametrize("uncertain", [True, False])

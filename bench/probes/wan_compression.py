@@ -1,6 +1,6 @@
 """Benchmark: what `-networkcompression` buys across a bandwidth-capped line (issue 28, beside bench/wan.py).
 
-Run:  PYTHONPATH=$PWD .venv/bin/python bench/wan_compression.py [--mbit 100] [--rtt 0] [--records 40000]
+Run:  PYTHONPATH=$PWD .venv/bin/python bench/probes/wan_compression.py [--mbit 100] [--rtt 0] [--records 40000]
                                                                 [--codecs off,lz4,zstd] [--json out.json]
 
 The source behind bench/wan.py's delay line capped at MBIT (each direction), the round trip RTT. For each codec
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: run.py, wan.py
 import run as bench  # noqa: E402
 import wan  # noqa: E402
 
@@ -86,7 +86,13 @@ def main() -> int:
     ap.add_argument("--codecs", default="off,lz4,zstd", help="the links' -networkcompression values")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    res: dict = {"machine": __import__("provenance").machine(), "started": time.time(), "mbit": a.mbit, "rtt_ms": a.rtt, "rows": []}
+    res: dict = {
+        "machine": __import__("provenance").machine(),
+        "started": time.time(),
+        "mbit": a.mbit,
+        "rtt_ms": a.rtt,
+        "rows": [],
+    }
     logdir = Path(tempfile.mkdtemp(prefix="streamrepl-wancz-"))
     with wan.clusters_behind_line(logdir / "brokers", {}) as b:
         line, sb, db = b.line, b.source, b.dest

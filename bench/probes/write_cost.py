@@ -1,6 +1,6 @@
 """Benchmark: the gateway's own CPU per record, without brokers, against the hand-written loop's.
 
-Run:  .venv/bin/python bench/write_cost.py [--records N] [--sizes 100,1024]
+Run:  .venv/bin/python bench/probes/write_cost.py [--records N] [--sizes 100,1024]
 
 Records (key, value, one header, a timestamp; 4 partitions) are built in memory and handed, 10,000 at a time,
 to what the gateway does with a fetched batch (Mover.apply_batch's grouping, then OffsetPreservingWriter.write)
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import Message, Producer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from streamrepl.applier import OffsetPreservingWriter  # noqa: E402
 
 PARTITIONS = 4

@@ -1,6 +1,6 @@
 """Does a producer frozen (SIGSTOP) with records queued send them when it resumes, after someone else wrote?
 
-    .venv/bin/python bench/freeze_probe.py MESSAGE_TIMEOUT_MS TRIALS     (e.g. 0 5, then 2000 5)
+    .venv/bin/python bench/probes/freeze_probe.py MESSAGE_TIMEOUT_MS TRIALS     (e.g. 0 5, then 2000 5)
 
 A child process produces to one partition continuously (idempotent, acks=all, linger 2 ms, like a gateway);
 the probe freezes it at a random moment, writes a MARKER record itself (the gateway that takes over), waits

@@ -1,6 +1,6 @@
 """Probe: where a `stream topic create` spends its time as the cluster's topics grow (issue 15, item 4).
 
-    .venv/bin/python bench/topic_create_probe.py --background 0,1000 --topics 20
+    .venv/bin/python bench/probes/topic_create_probe.py --background 0,1000 --topics 20
 
 For each --background count, a fresh pair of embedded brokers: that many plain 4-partition Kafka topics made in
 one CreateTopics request (the broker's load without any stream metadata), then one stream with --topics topics
@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from streamrepl.local import EphemeralClusters  # noqa: E402
 
 SRC = "sanfrancisco"

@@ -1,6 +1,6 @@
 """What differs between the embedded brokers streamrepl can start (Tansu and noida-db), measured.
 
-    .venv/bin/python bench/broker_probe.py [tansu] [noida]        (both by default)
+    .venv/bin/python bench/probes/broker_probe.py [tansu] [noida]        (both by default)
 
 For each broker kind it starts one broker in a private state directory (as `streamrepl local up` does) and
 prints, one line each:
@@ -36,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from streamrepl.local import EphemeralClusters  # noqa: E402
 
 GROUP_CONF = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"}

@@ -1,9 +1,9 @@
 """Benchmark: what each relay asks of the brokers, by request kind, beside what the brokers spend per record.
 
-Run:  .venv/bin/python bench/request_mix.py [--records N] [--size 1024] [--rounds 3] [--sets base,gateway]
+Run:  .venv/bin/python bench/probes/request_mix.py [--records N] [--size 1024] [--rounds 3] [--sets base,gateway]
 
 On one pair of Tansu brokers, round after round: the C relay (bench/relay.c) with each set of client settings of
-bench/relay_overrides.py, then one gateway process as bench/run.py runs it (`gateway_throughput`). Every librdkafka
+bench/probes/relay_overrides.py, then one gateway process as bench/run.py runs it (`gateway_throughput`). Every librdkafka
 client of both writes its statistics every 500 ms (the relay's with RELAY_STATS, the gateway's through a
 sitecustomize that this script puts on the gateway's PYTHONPATH); for each relay it prints records/s, the CPU
 each broker spent per record, and the requests each kind of client sent to each broker during the run. For the
@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: run.py, wan.py
 import relay_overrides  # noqa: E402
 import run as bench  # noqa: E402
 
@@ -110,7 +110,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--sets", default="base,gateway", help="the C relay's settings, of bench/relay_overrides.py")
+    ap.add_argument("--sets", default="base,gateway", help="the C relay's settings, of bench/probes/relay_overrides.py")
     a = ap.parse_args()
     if not bench.C_RELAY.exists():
         print("no C relay: run bench/setup", file=sys.stderr)

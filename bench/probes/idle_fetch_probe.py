@@ -1,7 +1,7 @@
 """What an idle consumer costs a broker, and whether the broker answers a waiting fetch when a record arrives;
 beside it, what watching the same idle partitions' ends with ListOffsets costs instead (no fetch at all).
 
-    .venv/bin/python bench/idle_fetch_probe.py [--broker tansu|noida] [--partitions 800] [--waits 10,100,500]
+    .venv/bin/python bench/probes/idle_fetch_probe.py [--broker tansu|noida] [--partitions 800] [--waits 10,100,500]
         [--end-checks 20,50,100]
 
 One broker, PARTITIONS idle partitions (topics of 4), read by CONSUMERS consumers (the partitions dealt out
@@ -33,7 +33,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from streamrepl.local import EphemeralClusters  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")

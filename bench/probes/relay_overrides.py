@@ -1,6 +1,6 @@
 """Benchmark: what the gateway's client settings cost the C relay (bench/relay.c), on one pair of Tansu brokers.
 
-Run:  .venv/bin/python bench/relay_overrides.py [--records N] [--sizes 100,1024] [--reps 3] [--sets base,gateway,...]
+Run:  .venv/bin/python bench/probes/relay_overrides.py [--records N] [--sizes 100,1024] [--reps 3] [--sets base,gateway,...]
 
 The source is filled once per size; then each set of `c.`/`p.` overrides (consumer / producer settings of the C
 relay) runs in turn, round after round, so that the sets alternate within minutes on a shared machine. Prints
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: run.py, wan.py
 import run as bench  # noqa: E402
 
 from streamrepl.local import EphemeralClusters  # noqa: E402

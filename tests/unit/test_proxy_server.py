@@ -1,0 +1,190 @@
+"""streamrepl.proxy.server against a fake broker (an asyncio server that answers frames): requests and responses pass
+byte for byte, Metadata names the proxy's ports and a broker port reaches its broker, acks=0 waits for no answer,
+SaslHandshake v0's unframed tokens pass, and a drain delivers the answers already due before it closes."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.sasl import SaslHandshakeRequest
+
+from streamrepl.proxy import wire
+from streamrepl.proxy.server import Address, Listen, Proxy, Upstream, read_frame, write_frame
+
+OTHER_API = 99  # an API the proxy knows nothing of: passed as it came
+
+
+class FakeBroker:
+    """Answers each frame with what `answer(frame)` returns (None: no answer); keeps every frame it was sent."""
+
+    def __init__(self, node_id: int, answer: Callable[[FakeBroker, bytes], Awaitable[bytes | None]]):
+        self.node_id = node_id
+        self.answer = answer
+        self.received: list[bytes] = []
+        self.port = 0
+        #: unframed SASL tokens still to come (SaslHandshake v0 with SCRAM: two)
+        self.raw_tokens = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (frame := await read_frame(reader)) is not None:
+            self.received.append(frame)
+            reply = await self.answer(self, frame)
+            if reply is not None:
+                write_frame(writer, reply)
+                await writer.drain()
+        writer.close()
+
+
+def metadata_answer(brokers: list[FakeBroker]) -> Callable[[FakeBroker, bytes], Awaitable[bytes | None]]:
+    async def answer(me: FakeBroker, frame: bytes) -> bytes | None:
+        if me.raw_tokens:
+            me.raw_tokens -= 1
+            return b"raw-answer-to:" + frame
+        head = wire.request_head(frame)
+        if head.api_key == wire.METADATA:
+            b = MetadataResponse.MetadataResponseBroker
+            response = MetadataResponse[head.api_version](
+                throttle_time_ms=0,
+                brokers=[b(node_id=x.node_id, host="127.0.0.1", port=x.port, rack=None, version=1) for x in brokers],
+                controller_id=brokers[0].node_id,
+                topics=[],
+            )
+            response.with_header(correlation_id=head.correlation_id)
+            return bytes(response.encode(header=True))
+        if head.api_key == wire.PRODUCE and wire.produce_head(frame, head).acks == 0:
+            return None
+        if head.api_key == wire.SASL_HANDSHAKE:
+            me.raw_tokens = 2
+            return struct.pack(">ihi", head.correlation_id, 0, 0)  # accepted; no mechanisms listed
+        if head.api_key == OTHER_API and head.api_version == 1:
+            await asyncio.sleep(0.3)  # a slow answer (a drain waits for it)
+        # An arbitrary body: the broker's node and the request's bytes after the correlation id.
+        return struct.pack(">ii", head.correlation_id, me.node_id) + frame[8:]
+
+    return answer
+
+
+def request(api_key: int, version: int, correlation_id: int, body: bytes = b"payload\x00\xff") -> bytes:
+    return struct.pack(">hhi", api_key, version, correlation_id) + b"\x00\x03app" + body
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))  # type: ignore[arg-type]
+
+
+async def _proxy(brokers: list[FakeBroker]) -> Proxy:
+    for b in brokers:
+        await b.start()
+        b.answer = metadata_answer(brokers)
+    proxy = Proxy("c", Upstream([Address("127.0.0.1", brokers[0].port)], None), Listen(Address("127.0.0.1", 0)))
+    await proxy.start()
+    return proxy
+
+
+async def _exchange(port: int, frames: list[bytes], answers: int) -> list[bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for frame in frames:
+        write_frame(writer, frame)
+    await writer.drain()
+    got = [f for _ in range(answers) if (f := await read_frame(reader)) is not None]
+    writer.close()
+    return got
+
+
+def test_requests_and_responses_pass_byte_for_byte() -> None:
+    async def scenario() -> None:
+        broker = FakeBroker(1, metadata_answer([]))
+        proxy = await _proxy([broker])
+        sent = [request(OTHER_API, 0, n, bytes(range(256)) * n) for n in range(1, 4)]
+        got = await _exchange(proxy.bootstrap_port, sent, 3)
+        assert broker.received == sent
+        assert got == [struct.pack(">ii", n, 1) + sent[n - 1][8:] for n in range(1, 4)]
+
+    run(scenario())
+
+
+def test_metadata_names_the_proxy_and_each_broker_port_reaches_its_broker() -> None:
+    async def scenario() -> None:
+        brokers = [FakeBroker(1, metadata_answer([])), FakeBroker(2, metadata_answer([]))]
+        proxy = await _proxy(brokers)
+        from kafka.protocol.metadata import MetadataRequest
+
+        ask = MetadataRequest[1](topics=None)
+        ask.with_header(correlation_id=11, client_id="app")
+        (answer,) = await _exchange(proxy.bootstrap_port, [bytes(ask.encode(header=True))], 1)
+        named = MetadataResponse.decode(answer, version=1, header=True)
+        ports = {b.node_id: b.port for b in named.brokers}
+        assert {b.host for b in named.brokers} == {"127.0.0.1"}
+        assert set(ports.values()).isdisjoint({b.port for b in brokers}) and proxy.bootstrap_port not in ports.values()
+        assert ports == proxy.broker_ports()
+        for b in brokers:
+            (reply,) = await _exchange(ports[b.node_id], [request(OTHER_API, 0, 5)], 1)
+            assert struct.unpack_from(">ii", reply) == (5, b.node_id)
+
+    run(scenario())
+
+
+def test_acks_0_produce_waits_for_no_answer() -> None:
+    async def scenario() -> None:
+        broker = FakeBroker(1, metadata_answer([]))
+        proxy = await _proxy([broker])
+        fire = ProduceRequest[7](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
+        fire.with_header(correlation_id=1, client_id="app")
+        # The answer to the request after it is read as that request's (not as the acks=0 Produce's).
+        got = await _exchange(proxy.bootstrap_port, [bytes(fire.encode(header=True)), request(OTHER_API, 0, 2)], 1)
+        assert struct.unpack_from(">i", got[0]) == (2,)
+
+    run(scenario())
+
+
+def test_sasl_handshake_v0_tokens_pass_unframed() -> None:
+    async def scenario() -> None:
+        broker = FakeBroker(1, metadata_answer([]))
+        proxy = await _proxy([broker])
+        hello = SaslHandshakeRequest[0](mechanism="SCRAM-SHA-256")
+        hello.with_header(correlation_id=1, client_id="app")
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+        write_frame(writer, bytes(hello.encode(header=True)))
+        assert await read_frame(reader) == struct.pack(">ihi", 1, 0, 0)
+        # Tokens are not requests: these two, read as headers, would be acks=0 Produce requests that get no answer.
+        looks_like_acks_0 = request(wire.PRODUCE, 2, 2, struct.pack(">hi", 0, 1000))
+        for token in (looks_like_acks_0, looks_like_acks_0 + b"-final"):
+            write_frame(writer, token)
+            assert await read_frame(reader) == b"raw-answer-to:" + token
+        write_frame(writer, request(OTHER_API, 0, 3))  # framed again after SCRAM's two rounds
+        assert struct.unpack_from(">i", await read_frame(reader) or b"") == (3,)
+        writer.close()
+
+    run(scenario())
+
+
+def test_a_drain_delivers_the_answers_due_then_closes() -> None:
+    async def scenario() -> None:
+        broker = FakeBroker(1, metadata_answer([]))
+        proxy = await _proxy([broker])
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+        write_frame(writer, request(OTHER_API, 1, 7))  # answered after 0.3 s
+        await writer.drain()
+        while not broker.received:
+            await asyncio.sleep(0.01)
+        proxy.request_stop()
+        answer = await read_frame(reader)
+        assert answer is not None and struct.unpack_from(">i", answer) == (7,)
+        assert await read_frame(reader) is None  # then closed
+        await proxy.wait_stopped()
+        try:  # and no new connection is accepted
+            r2, w2 = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+            assert await read_frame(r2) is None
+        except ConnectionRefusedError:
+            pass
+
+    run(scenario())
