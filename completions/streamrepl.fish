@@ -145,7 +145,7 @@ complete -c streamrepl -n '__streamrepl_at \'cluster gateway set\'' -o json -l j
 complete -c streamrepl -n '__streamrepl_at \'cluster gateway set\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl cluster list
-complete -c streamrepl -n '__streamrepl_at \'cluster list\'' -o timeout -l timeout -x -d 'Seconds to wait for each cluster.'
+complete -c streamrepl -n '__streamrepl_at \'cluster list\'' -o timeout -l timeout -x -d 'Seconds to wait for each cluster (they are checked together, a bounded number at a time).'
 complete -c streamrepl -n '__streamrepl_at \'cluster list\'' -o probe -l probe -x -a 'true false yes no' -d 'Probe what each cluster\'s brokers do now (a few seconds; a gateway does so at its first start).'
 complete -c streamrepl -n '__streamrepl_at \'cluster list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'cluster list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'

@@ -2,11 +2,12 @@
 
 A YAML file names each cluster and the librdkafka client properties used to reach it.
 Secrets in it (SASL passwords, key passwords, tokens) are never printed back: every
-place that shows a cluster's properties goes through `masked()`.
+place that shows a cluster's properties goes through `masked()` (masking.py decides what is hidden, and how).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import stat
@@ -19,28 +20,13 @@ import yaml
 
 from . import settings
 from .errors import NotFound, RegistryError
+from .masking import MASK, address_secrets, is_secret, mask_address
 
 ENV_VAR = settings.CLUSTERS
 USER_PATH = Path("~/.config/streamrepl/clusters.yaml")
 SYSTEM_PATH = Path("/etc/streamrepl/clusters.yaml")
 
-#: Property names holding secrets: passwords, keys, tokens, and the free-form SASL configs
-#: (sasl.oauthbearer.config, sasl.jaas.config) that often carry a client secret inline.
-SECRET_MARKERS = (
-    "password",
-    "secret",
-    "token",
-    "key.pem",
-    "private",
-    "credentials",
-    "oauthbearer.config",
-    "oauthbearer.extensions",
-    "jaas",
-)
-MASK = "********"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-#: `user:password@` in front of an address: librdkafka does not use it, but people write it, and it must not show.
-_USERINFO_RE = re.compile(r"(?P<user>[^\s,/@:]*):(?P<password>[^\s,@]+)@")
 
 
 _STR = "tag:yaml.org,2002:str"
@@ -86,11 +72,6 @@ class _RegistryLoader(yaml.SafeLoader):
             if isinstance(key_node, yaml.ScalarNode):
                 key_node.tag = _STR
         return super().construct_mapping(node, deep=deep)
-
-
-def is_secret(prop: str) -> bool:
-    p = prop.lower()
-    return any(m in p for m in SECRET_MARKERS)
 
 
 #: Registry properties that are streamrepl's own, not librdkafka's: never given to a Kafka client.
@@ -141,7 +122,7 @@ class Cluster:
     @property
     def shown_bootstrap(self) -> str:
         """bootstrap.servers as it may be shown: a password written into an address (user:pw@host) masked."""
-        return _USERINFO_RE.sub(lambda m: f"{m['user']}:{MASK}@", self.bootstrap)
+        return mask_address(self.bootstrap)
 
     def __repr__(self) -> str:
         # A cluster in a log line, an assertion or a traceback shows as `cluster list` shows it.
@@ -158,7 +139,7 @@ class Cluster:
 
     def secrets(self) -> list[str]:
         found = [v for k, v in self.properties.items() if is_secret(k) and v]
-        found += [m["password"] for m in _USERINFO_RE.finditer(self.properties.get("bootstrap.servers", ""))]
+        found += address_secrets(self.properties.get("bootstrap.servers", ""))
         return found
 
 
@@ -297,11 +278,9 @@ def parse(text: str, path: Path) -> Registry:
         if not isinstance(props, dict) or "bootstrap.servers" not in props:
             raise RegistryError(f"cluster '{name}' in {path} needs a 'bootstrap.servers' entry")
         for k, v in props.items():
-            if v is None or isinstance(v, dict | list):
-                raise RegistryError(
-                    f"property '{k}' of cluster '{name}' in {path} must be a single value"
-                    " (a librdkafka client property such as security.protocol: SASL_SSL)"
-                )
+            odd = _not_a_value(v)
+            if odd:
+                raise RegistryError(f"property '{k}' of cluster '{name}' in {path} {odd}")
             if is_secret(str(k)) and not isinstance(v, str):
                 # YAML turns 012345 into 5349, yes into true, a date into a date: the secret would change unseen.
                 raise RegistryError(
@@ -335,6 +314,20 @@ def parse(text: str, path: Path) -> Registry:
     if default not in clusters:
         raise RegistryError(f"default cluster '{default}' in {path} is not listed under 'clusters:'")
     return Registry(path=path, default=default, clusters=clusters)
+
+
+def _not_a_value(v: Any) -> str:
+    """What is wrong with a property's value as YAML gave it ("" when it is text, a number or a boolean): YAML's other
+    types would reach the Kafka client as Python's text for them (`!!binary aGVsbG8=` as "b'hello'")."""
+    if v is None or isinstance(v, dict | list | set | tuple):
+        return "must be a single value (a librdkafka client property such as security.protocol: SASL_SSL)"
+    if isinstance(v, bytes):
+        return "is binary data to YAML (!!binary), not text; write the value itself, as text"
+    if isinstance(v, datetime.date):
+        return "is a date to YAML, which would change it; put the value in quotes"
+    if not isinstance(v, str | int | float | bool):
+        return f"is not text to YAML ({type(v).__name__}); write the value as plain text"
+    return ""
 
 
 def _scalar(v: Any) -> str:

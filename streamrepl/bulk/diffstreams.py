@@ -2,7 +2,8 @@
 job: `inprocess.choose`).
 
 Per partition: counts, the first differing offset and a digest of the records (offset, key, value, user
-headers, timestamp). Replication's own headers are ignored, and a filler on one side matches a gap (no
+headers, timestamp); a partition that only one stream has differs from offset 0 (`absent` names the stream that
+lacks it), even when the other's is empty. Replication's own headers are ignored, and a filler on one side matches a gap (no
 visible record) on the other, so a replica that copystream or the gateways made compares equal to its
 source.
 """
@@ -108,6 +109,10 @@ def diff_partition(spec: dict[str, Any], item: dict[str, Any], clients: Clients 
         for c in (cs, cd):
             if c is not None:
                 c.close()
+    # A partition one stream lacks is a difference from its start, whatever the other holds (empty or not).
+    absent = spec["dst_path"] if item["dst"] is None else spec["src_path"] if item["src"] is None else None
+    if absent is not None:
+        firstdiff = 0
     row = {
         "topic": item["topic"],
         "partition": part,
@@ -118,14 +123,18 @@ def diff_partition(spec: dict[str, Any], item: dict[str, Any], clients: Clients 
         "dstdigest": hd.hexdigest(),
         "match": firstdiff < 0 and error is None,
     }
+    if absent is not None:
+        row["absent"] = absent
     if error:
         row["error"] = error
     return row
 
 
-def _diff_task(spec: dict[str, Any], items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _diff_task(
+    spec: dict[str, Any], items: Iterable[dict[str, Any]], clients: Clients = kafka
+) -> Iterator[dict[str, Any]]:
     for item in items:
-        yield diff_partition(spec, item)
+        yield diff_partition(spec, item, clients)
 
 
 # -- the driver: planning, then the job -------------------------------------------------------

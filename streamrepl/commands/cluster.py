@@ -23,7 +23,13 @@ def cluster() -> None:
 
 
 @cluster.command("list", context_settings=CONTEXT_SETTINGS)
-@opt("timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for each cluster.")
+@opt(
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each cluster (they are checked together, a bounded number at a time).",
+)
 @opt(
     "probe",
     type=BOOL,
@@ -33,17 +39,23 @@ def cluster() -> None:
 @handles_errors
 def list_cmd(timeout: float, probe: bool) -> None:
     """Show each cluster, its servers, whether it answers, what its brokers were found to do, and its other (masked)
-    properties."""
+    properties.
+
+    The clusters are checked together: first a TCP connection to each server of each (up to 1024 at once), and a
+    cluster none of whose servers accepts one is shown as not answering without more; the others are asked by a
+    Kafka client, 16 at a time. Each waits at most -timeout seconds, so a registry of thousands of clusters that
+    are down is listed in seconds (ports that drop connections rather than refuse them cost -timeout per 1024)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .. import kafka  # here, not at the top: `--help` must not load the Kafka client
+    from ..kafka import reach
 
     if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan; a negative timeout would wait forever
         raise InvalidArgument(f"-timeout {timeout} must be more than 0 and at most {MAX_TIMEOUT:g} seconds")
     reg = app().registry
     clusters = list(reg.clusters.values())
-    with ThreadPoolExecutor(max_workers=max(1, len(clusters))) as pool:
-        answers = list(pool.map(lambda c: kafka.ping(c, timeout), clusters))
+    answers = reach.which_answer(clusters, timeout, kafka.ping)
+    with ThreadPoolExecutor(max_workers=reach.CLIENT_WORKERS) as pool:
         found = list(pool.map(lambda c, ok: _found(c, ok, probe), clusters, answers))
     columns = ["cluster", "default", "bootstrap.servers", "answers", "brokers", "properties"]
     rows = []

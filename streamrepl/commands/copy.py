@@ -159,7 +159,7 @@ def diffstreams(
         )
     if outdir:
         job.write_outdir(outdir, res)
-    columns = list(job.DIFF_COLUMNS) + (["error"] if any("error" in r for r in res.rows) else [])
+    columns = list(job.DIFF_COLUMNS) + [c for c in ("absent", "error") if any(c in r for r in res.rows)]
     if res.match:
         output(res.rows, columns)
         return
@@ -168,11 +168,15 @@ def diffstreams(
     differing = sum(1 for r in res.rows if not r["match"] and "error" not in r)
     if differing and diff is not None:
         first = next(r for r in res.rows if not r["match"] and "error" not in r)
+        where = (
+            f"which {first['absent']} does not have"
+            if "absent" in first
+            else f"at offset {first['firstdiff']} ({first['srccount']} records vs {first['dstcount']})"
+        )
         problems.insert(
             0,
             f"{res.src} and {res.dst} differ in {differing} of {len(res.rows)} partitions compared;"
-            f" first: topic '{first['topic']}' partition {first['partition']} at offset {first['firstdiff']}"
-            f" ({first['srccount']} records vs {first['dstcount']})",
+            f" first: topic '{first['topic']}' partition {first['partition']} {where}",
         )
     if res.stopped_early:
         problems.append(f"stopped at the first difference: {res.partitions - len(res.rows)} partitions not compared")

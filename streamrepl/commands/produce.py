@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import errno
-import json
 import math
 import sys
 import time
@@ -14,8 +12,8 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument, NotFound, StreamreplError
-from ..output import escape_bytes, escape_text
 from ..paths import split_topic
+from ..records import MAX_PARTITION, MAX_TIMESTAMP, arg_bytes, header_pairs, json_record, record_json, record_line
 from .common import app, handles_errors, opt, output, require
 
 if TYPE_CHECKING:
@@ -26,8 +24,6 @@ if TYPE_CHECKING:
 JOIN_WAIT = 30.0
 
 
-#: Kafka timestamps are 64-bit signed milliseconds.
-MAX_TIMESTAMP = 2**63 - 1
 #: Kafka offsets are 64-bit signed too.
 MAX_OFFSET = 2**63 - 1
 
@@ -45,123 +41,11 @@ def _check_seconds(value: float | None, option: str, above_zero: bool = False) -
         )
 
 
-#: Kafka partition numbers are 32-bit signed.
-MAX_PARTITION = 2**31 - 1
-
-
 def _check_partition(value: int | None) -> None:
     if value is not None and value < 0:
         raise InvalidArgument(f"-partition {value} is negative; partitions are numbered from 0")
     if value is not None and value > MAX_PARTITION:
         raise InvalidArgument(f"-partition {value} is too large: partition numbers go up to {MAX_PARTITION}")
-
-
-def _header_pairs(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
-    out = []
-    for h in items:
-        k, sep, v = h.partition("=")
-        if not sep or not k:
-            raise InvalidArgument(f"-header '{h}' must be key=value")
-        if not k.isprintable() or _undecodable(k):
-            raise InvalidArgument(f"-header name {k!r} must be printable UTF-8 text (the value may be any bytes)")
-        out.append((k, _arg_bytes(v)))
-    return out
-
-
-def _undecodable(text: str) -> bool:
-    """True when `text` carries bytes the shell passed that are not UTF-8 (Python keeps them as surrogates)."""
-    return any("\udc80" <= ch <= "\udcff" for ch in text)
-
-
-def _arg_bytes(text: str) -> bytes:
-    """The bytes a command-line argument was given as: `-key $'\\xff'` is the byte 0xff, not an error."""
-    return text.encode("utf-8", "surrogateescape")
-
-
-def _json_headers(value: Any, line: int) -> list[tuple[str, Any]]:
-    if value is None:
-        return []
-    if isinstance(value, dict):
-        pairs = list(value.items())
-    elif isinstance(value, list) and all(isinstance(x, list | tuple) and len(x) == 2 for x in value):
-        pairs = [(k, v) for k, v in value]
-    else:
-        raise InvalidArgument(f"line {line}: 'headers' must be an object or a list of [key, value] pairs")
-    out = []
-    for k, v in pairs:
-        name = str(k)
-        _json_text(name, line, "a header name")
-        out.append((name, _json_bytes(v, line, f"header {_shown(name)}")))
-    return out
-
-
-def _shown(name: str) -> str:
-    """A JSON field or header name for an error message: quoted, with lone surrogates as \\uXXXX."""
-    return "'" + name.encode("utf-8", "backslashreplace").decode() + "'"
-
-
-def _json_text(text: str, line: int, field: str) -> bytes:
-    """`text` as UTF-8. JSON may carry a lone UTF-16 surrogate (`"\\ud800"`), which is no character and
-    which UTF-8 cannot hold: refused here, naming the field (the Kafka client crashes on such a header name)."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError as e:
-        raise InvalidArgument(
-            f"line {line}: {field} holds a lone surrogate (\\u{ord(text[e.start]):04x}), which is not text and"
-            " cannot be written as UTF-8; write the character as a surrogate pair (\\ud83d\\ude00) or as itself"
-        ) from None
-
-
-def _json_bytes(v: Any, line: int, field: str) -> bytes | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return _json_text(v, line, field)
-    return json.dumps(v, separators=(",", ":")).encode()  # ASCII: a lone surrogate in it stays an escape
-
-
-def _json_whole(obj: dict[str, Any], name: str, line: int, what: str, maximum: int) -> int | None:
-    """A field that must be a whole number from 0 to `maximum` (JSON has no integers apart from floats)."""
-    v = obj.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not (0 <= v <= maximum) or v != int(v):
-        raise InvalidArgument(f"line {line}: '{name}' {json.dumps(v)} must be {what}")
-    return int(v)
-
-
-def _json_record(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
-    """The keyword arguments of StreamProducer.produce for one line of -format json."""
-    try:
-        return _json_fields(line, n, base_headers, partition)
-    except RecursionError:  # Python's JSON reader and writer recurse once per level
-        raise InvalidArgument(
-            f"line {n} is nested deeper than the JSON reader follows (about {sys.getrecursionlimit()} levels);"
-            " a value that deep is better sent as text"
-        ) from None
-
-
-def _json_fields(line: bytes, n: int, base_headers: list[tuple[str, bytes]], partition: int | None) -> dict[str, Any]:
-    try:
-        obj = json.loads(line)
-    except ValueError as e:
-        raise InvalidArgument(f"line {n} is not JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise InvalidArgument(f"line {n}: expected a JSON object with 'value' (and key, headers, ...)")
-    unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
-    if unknown:
-        raise InvalidArgument(f"line {n}: unknown field {_shown(sorted(unknown)[0])}")
-    k = obj.get("key")
-    given = _json_whole(obj, "partition", n, "a partition number, 0 or more", MAX_PARTITION)
-    return {
-        "value": _json_bytes(obj.get("value"), n, "'value'"),
-        "key": _json_bytes(k, n, "'key'") if k is not None else None,
-        "headers": base_headers + _json_headers(obj.get("headers"), n),
-        "partition": given if given is not None else partition,
-        "timestamp": _json_whole(
-            obj, "timestamp", n, f"milliseconds since the epoch, 0 to {MAX_TIMESTAMP}", MAX_TIMESTAMP
-        ),
-    }
 
 
 def _written(results: list[Delivery]) -> str:
@@ -212,6 +96,11 @@ def produce(
     surrogate, too large) stops reading there: the lines before it are written, and the error names
     the line and says how many records were.
 
+    With -format json a string is written as its text; any other value (a number, an object, a list,
+    true/false) as its JSON text exactly as the line gives it (1.10 stays 1.10, spaces and key order
+    stay). A key given twice in a line, and a number no 64-bit float holds (1e400; NaN and Infinity
+    are not JSON), are refused with the line's number.
+
     \b
     printf 'a\\nb\\n' | streamrepl produce -path /sanfrancisco/activity:clicks -key user-1
     echo '{"key":"k","value":"v","headers":{"h":"1"}}' | streamrepl produce -path /s:t -format json
@@ -226,8 +115,8 @@ def produce(
     _check_seconds(timeout, "timeout")
     if fmt == "json" and key is not None:
         raise InvalidArgument("-key is for -format lines; with -format json give each record its key in 'key'")
-    base_headers = _header_pairs(header)
-    key_bytes = _arg_bytes(key) if key is not None else None
+    base_headers = header_pairs(header)
+    key_bytes = arg_bytes(key) if key is not None else None
     results: list[Delivery] = []
     errors: list[str] = []
 
@@ -254,7 +143,7 @@ def produce(
                 if fmt == "lines":
                     p.produce(topic, line, key=key_bytes, headers=base_headers, partition=partition, on_delivery=done)
                 else:
-                    p.produce(topic, **_json_record(line, n, base_headers, partition), on_delivery=done)
+                    p.produce(topic, **json_record(line, n, base_headers, partition), on_delivery=done)
             except StreamreplError as e:
                 stopped = StreamreplError(_at_line(e.message, n), e.code)
                 break
@@ -307,42 +196,6 @@ def _summary(topic: str, results: list[Delivery]) -> None:
         row["firstoffset"] = min(row["firstoffset"], d.offset)
         row["lastoffset"] = max(row.get("lastoffset", -1), d.offset)
     output([rows[k] for k in sorted(rows)], ["topic", "partition", "records", "firstoffset", "lastoffset"])
-
-
-def _text(b: bytes | None) -> str:
-    return "" if b is None else escape_bytes(b)
-
-
-def _json_field(b: bytes | None) -> tuple[Any, bool]:
-    if b is None:
-        return None, False
-    try:
-        return b.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return base64.b64encode(b).decode(), True
-
-
-def _record_json(r: Any) -> str:
-    key, kb64 = _json_field(r.key)
-    value, vb64 = _json_field(r.value)
-    headers = {}
-    for k, v in r.headers:
-        hv, _ = _json_field(v)
-        headers[k] = hv
-    doc: dict[str, Any] = {
-        "topic": r.topic,
-        "partition": r.partition,
-        "offset": r.offset,
-        "timestamp": r.timestamp,
-        "key": key,
-        "value": value,
-        "headers": headers,
-    }
-    if kb64 or vb64:
-        doc["encoding"] = {"key": "base64" if kb64 else "utf-8", "value": "base64" if vb64 else "utf-8"}
-    if r.stream:
-        doc["stream"] = r.stream
-    return json.dumps(doc, separators=(",", ":"))
 
 
 @click.command("consume", context_settings=CONTEXT_SETTINGS)
@@ -460,13 +313,7 @@ def consume(
                 continue
             last = time.monotonic()
             for r in recs:
-                if as_json:
-                    out.write(_record_json(r) + "\n")
-                else:
-                    hs = ",".join(f"{escape_text(k)}={_text(v)}" for k, v in r.headers)
-                    out.write(
-                        f"{r.topic}\t{r.partition}\t{r.offset}\t{r.timestamp}\t{_text(r.key)}\t{_text(r.value)}\t{hs}\n"
-                    )
+                out.write((record_json(r) if as_json else record_line(r)) + "\n")
             out.flush()
             seen += len(recs)
             if group:

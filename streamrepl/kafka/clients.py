@@ -8,6 +8,7 @@ The base settings make a broker that does not answer a clear error within second
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -16,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from ..errors import RegistryError
+from ..masking import is_secret
 from ..registry import Cluster
 from .errors import scrub
 
@@ -69,16 +71,64 @@ def _build(make: Callable[[dict[str, Any]], C], cluster: Cluster, extra: dict[st
         err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
         if err is None or err.code() != KafkaError._INVALID_ARG:
             raise
-        culprit = _refused_property(make, cluster, extra)
-        if culprit is None:
+        added = _refused_property(make, cluster, extra)
+        if added is None:
             raise  # not the registry's: streamrepl's own settings
+        culprit = _named_culprit(cluster, err.str()) or added
+        choices = CHOICES.get(culprit)
+        fix = (
+            f"use one of {', '.join(choices)}"
+            if choices
+            else "fix or remove it in the registry (see librdkafka's CONFIGURATION.md)"
+        )
+        said = _CREATE_PREFIX_RE.sub("", err.str())
         raise RegistryError(
             scrub(
                 f"property '{culprit}' of cluster '{cluster.name}' in the cluster registry is refused by the Kafka"
-                f" client: {err.str()}; fix or remove it in the registry (see librdkafka's CONFIGURATION.md)",
+                f" client: {said}; {fix}",
                 cluster.secrets(),
             )
         ) from None
+
+
+_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: The values librdkafka takes for the properties that have a fixed set (its CONFIGURATION.md), told with its refusal.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "security.protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    "sasl.mechanism": _MECHANISMS,
+    "sasl.mechanisms": _MECHANISMS,
+    "sasl.oauthbearer.method": ("default", "oidc"),
+    "compression.type": _CODECS,
+    "compression.codec": _CODECS,
+    "ssl.endpoint.identification.algorithm": ("none", "https"),
+    "auto.offset.reset": ("earliest", "latest", "error"),
+    "isolation.level": ("read_committed", "read_uncommitted"),
+    "partition.assignment.strategy": ("range", "roundrobin", "cooperative-sticky"),
+    "broker.address.family": ("any", "v4", "v6"),
+    "client.dns.lookup": ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"),
+}
+#: librdkafka's names for a property the registry may give under its other name.
+_ALIASES = {"compression.codec": "compression.type", "sasl.mechanisms": "sasl.mechanism"}
+_NAMED_RE = re.compile(r'property "([^"]+)"')
+_CREATE_PREFIX_RE = re.compile(r"^Failed to create [a-z ]+: ")
+
+
+def _named_culprit(cluster: Cluster, said: str) -> str | None:
+    """The registry property librdkafka's refusal is about, when its words tell: it names the property (under either
+    of its names), or quotes the value of one (the SASL mechanism is checked only once SASL is on, so the property
+    whose addition was refused is then security.protocol, not the mechanism at fault)."""
+    props = cluster.client_properties
+    named = _NAMED_RE.search(said)
+    if named:
+        for name in (named[1], _ALIASES.get(named[1], ""), *(k for k, v in _ALIASES.items() if v == named[1])):
+            if name in props:
+                return name
+    for name, value in props.items():
+        if name != "bootstrap.servers" and not is_secret(name) and len(value) > 1:
+            if re.search(rf"(?<![\w.-]){re.escape(value)}(?![\w.-])", said):
+                return name
+    return None
 
 
 def _refused_property(make: Callable[[dict[str, Any]], Any], cluster: Cluster, extra: dict[str, Any]) -> str | None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import Unreachable
+from ..masking import scrub
 from ..registry import Cluster
 from .tlscheck import tls_problem
 
@@ -122,13 +123,6 @@ def answering(cluster: Cluster, what: str) -> Iterator[None]:
         if is_transport(e):
             raise unreachable(cluster, what) from None
         raise
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    for s in secrets:
-        if s and len(s) >= 3:
-            text = text.replace(s, "********")
-    return text
 
 
 def describe_exception(e: BaseException, secrets: Iterable[str] = ()) -> tuple[int, str]:

@@ -90,3 +90,28 @@ def test_missing_stream_is_an_error(env: Env, capsys: pytest.CaptureFixture[str]
     env.make_stream("/sanfrancisco/alone", ["a"], 1)
     code, _, err = cli(capsys, "diffstreams", "-src", "/sanfrancisco/alone", "-dst", "/newyork/nosuch")
     assert code != 0 and "stream /newyork/nosuch does not exist" in err
+
+
+def _partition_counts_differ(env: Env, capsys: pytest.CaptureFixture[str], name: str, *engine: str) -> None:
+    """Two streams of 2 and 3 partitions, all empty: the third partition is a difference, not an empty match."""
+    src, dst = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    env.make_stream(src, ["a"], 2)
+    env.make_stream(dst, ["a"], 3)
+    code, out, err = cli(capsys, "diffstreams", "-src", src, "-dst", dst, "-json", *engine)
+    assert code != 0, out
+    doc = json.loads(out)
+    assert [(r["partition"], r["match"], r.get("absent")) for r in doc["data"]] == [
+        (0, True, None),
+        (1, True, None),
+        (2, False, src),
+    ]
+    assert f"first: topic 'a' partition 2 which {src} does not have" in doc["errors"][0]["desc"]
+
+
+def test_a_partition_one_stream_lacks_is_a_difference(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    _partition_counts_differ(env, capsys, "threeparts")
+
+
+@pytest.mark.spark
+def test_a_partition_one_stream_lacks_is_a_difference_on_spark(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    _partition_counts_differ(env, capsys, "threeparts-spark", "-mapreduce", "true")

@@ -105,6 +105,14 @@ def test_json_input_offsets_timestamps_and_groups(ec: EphemeralClusters, stream:
     assert [(c["partitionid"], c["committedoffset"], c["lag"]) for c in cursors["data"]] == [(0, 6, 0)]
 
 
+def test_a_json_value_is_written_as_the_line_gives_it(ec: EphemeralClusters, stream: str) -> None:
+    values = ['{"price": 1.10,  "qty": 3}', "1.10", "12345678901234567890123", '["Zoë", true]']
+    lines = "".join(f'{{"value": {v}, "headers": {{"h": {v}}}, "partition": 0}}\n' for v in values)
+    ok(cli(ec, "produce", "-path", f"{stream}:clicks", "-format", "json", stdin=lines))
+    got = records(ok(cli(ec, "consume", "-path", f"{stream}:clicks", "-offset", "earliest", "-timeout", "2", "-json")))
+    assert [(r["value"], r["headers"]) for r in got] == [(v, {"h": v}) for v in values]
+
+
 def test_consume_fails_over_to_the_replica_when_the_primary_is_down(
     ec: EphemeralClusters, reg: registry.Registry
 ) -> None:
@@ -199,6 +207,10 @@ BAD_PRODUCE = [
     (["-format", "json"], '{"value":"v","headers":{"h":"\\ud800"}}\n', "line 1: header 'h' holds a lone surrogate"),
     (["-format", "json"], '{"value":"v","headers":[["\\ud800","x"]]}\n', "line 1: a header name holds a lone"),
     (["-format", "json"], '{"\\ud800":"v"}\n', "line 1: unknown field '\\ud800'"),
+    # JSON would keep the last of two keys, and make 1e400 Infinity: neither is written in silence.
+    (["-format", "json"], '{"value":"a","value":"b"}\n', "line 1: key 'value' is given twice"),
+    (["-format", "json"], '{"value":{"n":1e400}}\n', "line 1: the number 1e400 is beyond what a 64-bit float holds"),
+    (["-format", "json"], '{"value":NaN}\n', "line 1: NaN is not a JSON number"),
     (["-format", "json"], "[" * 100_000 + "]" * 100_000 + "\n", "line 1 is nested deeper than"),
     (["-format", "json"], '{"value":' + "[" * 100_000 + "]" * 100_000 + "}\n", "line 1 is nested deeper than"),
 ]

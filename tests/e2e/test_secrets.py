@@ -51,6 +51,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def userinfo_kinds(dead_port: int) -> dict[str, str]:
+    """bootstrap.servers with a password in the address that holds each of '@', ',' and ' ', and several servers."""
+    at = f"127.0.0.1:{dead_port}"
+    return {
+        "at": f"operator:Pa55@{SECRET}-at@{at}",
+        "comma": f"operator:{SECRET}-c1,{SECRET}-c2@{at}",
+        "space": f"operator:{SECRET}-s1 {SECRET}-s2@{at}",
+        "many": f"{at},operator:{SECRET}-m1@x@{at},op2:{SECRET}-m2,y@{at}",
+    }
+
+
 def registry_doc(live_bootstrap: str, dead_port: int) -> dict[str, object]:
     return {
         "default": "live",
@@ -70,8 +81,10 @@ def registry_doc(live_bootstrap: str, dead_port: int) -> dict[str, object]:
                 "sasl.password": f"{SECRET}-dead-sasl",
                 "ssl.key.password": f"{SECRET}-dead-key",
             },
-            # A password written into the address (librdkafka takes it for a host name, which does not resolve).
-            "userinfo": {"bootstrap.servers": f"operator:{SECRET}-userinfo@127.0.0.1:{dead_port}"},
+            # A password written into the address (librdkafka takes it for a host name, which does not resolve),
+            # holding what also separates an address from its user ('@') and servers from each other (',', ' ').
+            "userinfo": {"bootstrap.servers": f"operator:Pa55@{SECRET}-ui, {SECRET}-ui2@127.0.0.1:{dead_port}"},
+            **{f"userinfo-{kind}": {"bootstrap.servers": value} for kind, value in userinfo_kinds(dead_port).items()},
             "sasl": {
                 "bootstrap.servers": live_bootstrap,
                 "security.protocol": "SASL_PLAINTEXT",
@@ -324,6 +337,12 @@ def test_unreachable_and_refusing_clusters(env: Env) -> None:
         (["copystream", "-src", STREAM, "-dst", "/dead/orders"], ""),
         (["diffstreams", "-src", STREAM, "-dst", "/oidc/orders", "-json"], ""),
     ]
+    for kind in userinfo_kinds(0):
+        slow += [
+            (["stream", "list", "-cluster", f"userinfo-{kind}"], ""),
+            (["stream", "list", "-cluster", f"userinfo-{kind}", "-json"], ""),
+            (["stream", "info", "-path", f"/userinfo-{kind}/orders"], ""),
+        ]
     try:
         with ThreadPoolExecutor(max_workers=len(slow)) as pool:
             runs = list(pool.map(lambda job: run_proc(env, job[0], stdin=job[1]), slow))
@@ -349,7 +368,19 @@ def test_unreachable_and_refusing_clusters(env: Env) -> None:
     # The commands did meet the clusters they were meant to: the live one answers, the others not.
     [listing] = [r for (args, _), r in zip(slow, runs, strict=True) if args[-1] == "-json" and args[0] == "cluster"]
     answers = {row["cluster"]: row["answers"] for row in listing.data()}
-    assert answers == {"live": True, "dead": False, "userinfo": False, "sasl": False, "oidc": False}
+    assert answers == {
+        "live": True,
+        "dead": False,
+        "userinfo": False,
+        "sasl": False,
+        "oidc": False,
+        **{f"userinfo-{kind}": False for kind in userinfo_kinds(0)},
+    }
+    shown = {row["cluster"]: row["bootstrap.servers"] for row in listing.data()}
+    assert shown["userinfo-many"].startswith("127.0.0.1:") and "operator:********@127.0.0.1:" in shown["userinfo-many"]
+    for kind in userinfo_kinds(0):
+        assert "(operator:********@127.0.0.1:" in outputs[f"stream list -cluster userinfo-{kind}"] or kind == "many"
+        assert "does not answer" in outputs[f"stream list -cluster userinfo-{kind} -json"]
     assert "does not answer" in outputs["stream info -path /dead/orders -json"]
     assert "(operator:********@127.0.0.1:" in outputs["stream info -path /userinfo/orders -json"]
     assert "gateway gw-live started for cluster live" in gateway_logs["gateway live log"]

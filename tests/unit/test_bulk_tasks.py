@@ -96,3 +96,23 @@ def test_diff_partition_matches_a_copy_and_finds_the_first_difference() -> None:
     differs = diff_partition(SPEC, diff_item(4, 4), clients=fake)
     assert not differs["match"] and differs["firstdiff"] == 2, differs
     assert "error" not in differs
+
+
+def test_a_partition_one_stream_lacks_differs_even_when_the_other_is_empty() -> None:
+    """Two streams of 2 and 3 partitions, all empty: the third partition is missing on one side, which is a
+    difference (a replica with the broker's default partition count is not its source), not an empty match."""
+    fake = FakeClusters()
+    for lacking, absent in (("dst", "/dst/s"), ("src", "/src/s")):
+        item = {**diff_item(0, 0), lacking: None}
+        row = diff_partition(SPEC, item, clients=fake)
+        assert not row["match"] and row["firstdiff"] == 0 and row["absent"] == absent, row
+        assert "error" not in row
+
+
+def test_the_spark_task_finds_a_missing_partition_too() -> None:
+    from streamrepl.bulk import diffstreams
+
+    fake = FakeClusters()
+    fake.log("src", SRC_KT).extend([record(0)])
+    rows = list(diffstreams._diff_task(SPEC, [{**diff_item(1, 0), "dst": None}], clients=fake))
+    assert [(r["match"], r["absent"], r["srccount"]) for r in rows] == [(False, "/dst/s", 1)]

@@ -88,3 +88,82 @@ def test_the_number_of_source_consumers_is_read_from_the_registry(tmp_path: Path
     )
     assert reg.get("a").source_consumers == 2 and reg.get("b").source_consumers is None
     assert "streamrepl.source.consumers" not in client_config(reg.get("a"))
+
+
+# -- a property the Kafka client refuses: the one at fault named, with what it takes ------------------------------
+@pytest.mark.parametrize(
+    ("props", "culprit", "allowed"),
+    [
+        # librdkafka checks the mechanism only once SASL is on: the protocol is not what is wrong.
+        (
+            {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "ROT13"},
+            "sasl.mechanism",
+            "GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
+        ),
+        (
+            {"sasl.mechanism": "ROT13", "security.protocol": "SASL_SSL"},
+            "sasl.mechanism",
+            "GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
+        ),
+        ({"security.protocol": "SASL_PLAIN"}, "security.protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+        ({"compression.type": "lzf"}, "compression.type", "none, gzip, snappy, lz4, zstd"),
+    ],
+)
+def test_a_refused_property_is_named_with_the_values_it_takes(
+    tmp_path: Path, props: dict[str, str], culprit: str, allowed: str
+) -> None:
+    from streamrepl import kafka
+
+    cluster = registry.Cluster("a", {"bootstrap.servers": "127.0.0.1:1", "sasl.username": "u", **props})
+    with pytest.raises(RegistryError) as e:
+        kafka.admin_client(cluster)
+    assert e.value.message.startswith(f"property '{culprit}' of cluster 'a' in the cluster registry is refused")
+    assert e.value.message.endswith(f"; use one of {allowed}")
+    assert "\n" not in e.value.message
+
+
+def test_a_refused_mechanism_is_named_by_a_command(tmp_path: Path) -> None:
+    path = tmp_path / "clusters.yaml"
+    path.write_text(
+        "clusters:\n  a:\n    bootstrap.servers: 127.0.0.1:1\n    security.protocol: SASL_PLAINTEXT\n"
+        f"    sasl.mechanism: ROT13\n    sasl.password: {PASSWORD}\n"
+    )
+    path.chmod(0o600)
+    for fmt in ([], ["-json"]):
+        run = run_cli("stream", "list", "-cluster", "a", "-clusters", str(path), *fmt)
+        assert run.code != 0, run
+        assert "property 'sasl.mechanism' of cluster 'a'" in run.stdout + run.stderr, run
+        assert "security.protocol'" not in run.stdout + run.stderr and PASSWORD not in run.stdout + run.stderr
+
+
+# -- values YAML would turn into something else than text -------------------------------------------------------
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("bootstrap.servers: !!binary aGVsbG8=", "binary"),
+        ("client.id: !!binary aGVsbG8=", "binary"),
+        ("client.id: 2026-01-01", "date"),
+        ("client.id: 2026-01-01T10:00:00Z", "date"),
+        ("client.id: !!set {a, b}", "single value"),
+        ("client.id: !!omap [a: 1]", "single value"),
+    ],
+)
+def test_a_value_that_is_not_text_to_yaml_is_refused_naming_cluster_and_property(
+    tmp_path: Path, line: str, kind: str
+) -> None:
+    key = line.split(":")[0]
+    text = (
+        "clusters:\n  a:\n    " + ("" if key == "bootstrap.servers" else "bootstrap.servers: h:1\n    ") + line + "\n"
+    )
+    with pytest.raises(RegistryError) as e:
+        registry.parse(text, tmp_path / "clusters.yaml")
+    assert f"property '{key}' of cluster 'a'" in e.value.message and kind in e.value.message
+    assert "\n" not in e.value.message
+
+
+def test_a_binary_bootstrap_is_refused_by_a_command(tmp_path: Path) -> None:
+    path = tmp_path / "clusters.yaml"
+    path.write_text("clusters:\n  a:\n    bootstrap.servers: !!binary aGVsbG8=\n")
+    run = run_cli("cluster", "list", "-clusters", str(path), "-timeout", "0.2")
+    assert run.code != 0 and "property 'bootstrap.servers' of cluster 'a'" in run.stderr, run
+    assert "b'hello'" not in run.stdout + run.stderr
