@@ -67,10 +67,23 @@ class Clash:
     error: str
 
 
+def upstream_of(state: UnitState, origin: str) -> Link | None:
+    """The link of another upstream feeding `state`'s partition whose stream is `origin`, if any."""
+    others = [lk for lk, _ in [*state.feeds.values(), *state.unverified.values()] if lk.src_uuid == origin]
+    return others[0] if others else None
+
+
+def clashes(state: UnitState, link: Link, held: str) -> bool:
+    """Records of origin `held` in `state`'s partition make a clash for `link` (two upstreams writing one topic)
+    only when `held` is another upstream's stream that feeds it now. An origin no upstream has is a history the
+    source no longer holds (its stream deleted and created again under the same path): a divergence."""
+    return held not in ("", link.src_uuid, state.writer.dst_uuid) and upstream_of(state, held) is not None
+
+
 def clash_error(state: UnitState, link: Link, held: str) -> str:
     """The clash message for `link`'s feed into `state`'s partition, whose records are of origin `held`."""
-    others = [lk for lk, _ in [*state.feeds.values(), *state.unverified.values()] if lk.src_uuid == held]
-    kept = str(others[0].src) if others else f"another stream (origin {held}, not an upstream of it now)"
+    other = upstream_of(state, held)
+    kept = str(other.src) if other else f"another stream (origin {held}, not an upstream of it now)"
     unit = state.unit
     return clash(str(link.dst), unit.topic, unit.partition, kept, str(link.src))
 
@@ -224,8 +237,8 @@ class ReplicaGuard:
     def _diverged(self, state: UnitState, link: Link, div: Divergence) -> Fail | Clash:
         unit = state.unit
         tail = state.tail
-        if tail is not None and tail.origin not in (link.src_uuid, state.writer.dst_uuid):
-            # Not this source's record that differs: another stream's, of the same topic (many-to-one).
+        if tail is not None and clashes(state, link, tail.origin):
+            # Not this source's record that differs: another upstream's, of the same topic (many-to-one).
             return Clash(clash_error(state, link, tail.origin))
         self.stats.divergences += 1
         source = f"source {link.src}:{unit.topic} partition {unit.partition}"

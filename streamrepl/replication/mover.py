@@ -20,7 +20,7 @@ from ..applier import OriginClash, ReplicaConflict
 from ..divergence import filler_tail, tail_of
 from ..kafka import Consumer, KafkaException, Message, Producer
 from .feeds import SourceFeeds
-from .guard import Clash, Conflict, Fail, LetGo, ReplicaGuard, Restart, Reverify, clash_error, quiet_for_long
+from .guard import Clash, Conflict, Fail, LetGo, ReplicaGuard, Restart, Reverify, clash_error, clashes, quiet_for_long
 from .links import Link, Unit
 from .quiet import QuietFeeds
 from .state import UnitState
@@ -226,7 +226,7 @@ class Mover:
                     return  # the writes were restarted meanwhile
                 batch = [m for m in batch if m.offset() >= state.writer.next]  # type: ignore[operator]
             except OriginClash as e:
-                if e.held and e.held != w.dst_uuid:
+                if clashes(state, link, e.held):
                     # Another upstream's records of the same topic are in it: this feed stops, the partition goes on.
                     self.table.clash(state, link, clash_error(state, link, e.held))
                 else:

@@ -8,6 +8,7 @@ segfaults librdkafka on Tansu, so the check while a gateway runs is shown here w
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -75,6 +76,15 @@ def in_error(env: Env, src: str, dst: str) -> dict | None:
 def saved_at(env: Env, cluster: str) -> float:
     f = local.data_dir(env.ec.state_dir, cluster) / "kafka.json"
     return f.stat().st_mtime if f.exists() else 0.0
+
+
+def frozen_broker(env: Env, cluster: str) -> contextlib.AbstractContextManager[None]:
+    """The cluster's broker stopped (SIGSTOP) for a block: the process kill_and_restart started, when an earlier test
+    of the module restarted it (the state directory still names the first, dead one), else the recorded one."""
+    from support.freeze import broker_frozen, frozen
+
+    proc = env.restarted.get(cluster)
+    return frozen(proc) if proc is not None else broker_frozen(env.ec, cluster)
 
 
 def kill_and_restart(env: Env, cluster: str) -> None:
@@ -333,8 +343,6 @@ def test_a_broker_stalled_during_the_fork_search_fails_the_plan_closed(
 ) -> None:
     """Every replica record differs from its source's. With a broker stalled (SIGSTOP) during the fork search, the
     dry run exited 0 with a fork past 0: each read that timed out counted as a match."""
-    from support.freeze import broker_frozen
-
     from streamrepl import policy, registry
     from streamrepl import resync as resync_module
 
@@ -345,7 +353,7 @@ def test_a_broker_stalled_during_the_fork_search_fails_the_plan_closed(
     real = resync_module._fork
 
     def stalled_fork(*args, **kwargs):  # type: ignore[no-untyped-def]
-        with broker_frozen(env.ec, stalled):
+        with frozen_broker(env, stalled):
             return real(*args, **kwargs)
 
     monkeypatch.setattr(resync_module, "_fork", stalled_fork)
