@@ -145,7 +145,7 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
     if not errors and not lost:
         lost, nlost = _replica_misshapen(src, srec, entry, dst_cluster, dst_path)
         if not lost and srec.upstream(entry.path) is None:
-            lost, nlost = _written_by_another(src, entry, reports, src_ends, dst_ends, pairs, dst_path)
+            lost, nlost = _written_by_another(src, entry, reports, src_ends, dst_ends, pairs, dst_path, dst_cluster)
         if lost:
             row["replicaState"] = str(ReplicaState.ERROR)
             row["lasterror"] = lost
@@ -210,10 +210,13 @@ def _written_by_another(
     dst_ends: dict[tuple[str, int], int],
     pairs: list[tuple[str, int]],
     dst_path: StreamPath,
+    dst_cluster: Cluster,
 ) -> tuple[str, int]:
     """Replica partitions that end past both their source's end and what their gateway wrote (its report's `next`):
     something other than the gateway wrote into the replica. Found while the source is idle, and not blamed on the
-    source, which did not change. What to say of the first and how many there are ("", 0: none)."""
+    source, which did not change. When the replica's last record there is a replicated one (it carries its origin),
+    a gateway wrote it and it is the source that ends below it now (its stream made again under its path, or its
+    broker came back without records): a divergence. What to say of the first and how many there are ("", 0)."""
     found: list[tuple[str, int, int, int]] = []
     for topic, p in pairs:
         report = reports.get(statustopic.unit_key(entry.path, str(src.path), topic, p))
@@ -225,6 +228,19 @@ def _written_by_another(
     if not found:
         return "", 0
     topic, p, d_end, ours = found[0]
+    c = kafka.consumer(dst_cluster)
+    try:
+        last = kafka.last_record(c, kafka.TopicPartition(kafka_topic_name(dst_path, topic), p), d_end)
+    finally:
+        c.close()
+    if last is not None and policy.origin_of(last.headers(), "") != "":
+        s_end = src_ends.get((kafka_topic_name(src.path, topic), p), 0)
+        return (
+            f"source {src.path}:{topic} partition {p} diverged from its replica {entry.path}: it ends at offset"
+            f" {s_end}, below the {d_end} records the replica holds from it (its stream or topic was made again, or"
+            f" its broker came back without records); the replica keeps them. Compare with 'streamrepl diffstreams"
+            f" -src {src.path} -dst {entry.path}', then {resync_hint(str(src.path), entry.path, topic)}"
+        ), len(found)
     return (
         f"replica {entry.path}:{topic} partition {p} was written by someone else: it ends at offset {d_end}, past"
         f" offset {ours}, where its source and the gateway's writes end ({d_end - ours} records that are not from"
