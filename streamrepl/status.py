@@ -131,7 +131,7 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         elif applied:
             units = [Unit(dst_path, t, p).key for t, p in pairs if not srec.topics[t].deleting]
             held = not unheld(gateways, units)
-            unread = _source_unread(gateways, str(src.path), entry.path)
+            unread = _source_unread(gateways, str(src.path), entry.path, srec.created)
             if unread:
                 row["replicaState"] = str(ReplicaState.ERROR)
                 row["lasterror"] = unread
@@ -165,13 +165,18 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
     return row
 
 
-def _source_unread(gateways: dict[str, dict[str, Any]], src: str, dst: str) -> str:
-    """What a live gateway says keeps it from reading the link's source (its plan's problems), "" if none does."""
+def _source_unread(gateways: dict[str, dict[str, Any]], src: str, dst: str, created: int = 0) -> str:
+    """What a live gateway says keeps it from reading the link's source (its plan's problems), "" if none does.
+    `created`: when the source stream was made (ms); a gateway that found it missing before then has not re-read
+    the metadata yet (the source's cluster came back empty and the stream was made again): not a problem."""
     now_ms = time.time() * 1000
     for r in gateways.values():
         if not statustopic.is_live(r, now_ms):
             continue
         for problem in r.get("problems", []):
+            missing = str(problem).endswith(" does not exist")
+            if missing and created and r.get("planned", now_ms) <= created:
+                continue
             if str(problem).startswith(f"upstream {src} of {dst}"):
                 return (
                     f"gateway {r.get('gateway')} cannot read the source, so nothing is replicated: {problem}; mend"

@@ -7,6 +7,7 @@ lists the source as upstream), it is not paused, and no bulk copy (autosetup) ow
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -63,6 +64,8 @@ class Plan:
     clusters: list[Cluster] = field(default_factory=list)
     #: the source streams of the links, as read: the planner adopts topics plain Kafka clients made under them
     sources: dict[StreamPath, tuple[Cluster, Stream]] = field(default_factory=dict)
+    #: when the metadata was read (ms since the epoch): a problem found then says nothing of a stream made since
+    read_at: int = 0
 
 
 def read_streams(cluster: Cluster, seen_end: int | None = None) -> dict[str, Stream]:
@@ -73,7 +76,7 @@ def read_streams(cluster: Cluster, seen_end: int | None = None) -> dict[str, Str
 
 def discover(reg: Registry, dst_cluster: str, read: Callable[[Cluster], dict[str, Stream]] = read_streams) -> Plan:
     dst_c = reg.get(dst_cluster)
-    plan = Plan([], {}, {}, [])
+    plan = Plan([], {}, {}, [], read_at=int(time.time() * 1000))
     stores: dict[str, dict[str, Stream]] = {}
 
     def streams_of(cluster: Cluster) -> dict[str, Stream]:

@@ -95,6 +95,7 @@ class StatusReports:
             "errors": len(self.table.errored),
             # what keeps links of its plan from running (a source that does not answer): `replica list` says it
             "problems": list(plan.problems) if (plan := self._plan()) is not None else [],
+            "planned": plan.read_at if plan is not None else 0,
             # started again by its supervisor after it died, and how it died last (`cluster gateway list`)
             "restarts": self.restarts,
             "lastexit": self.last_exit,

@@ -21,3 +21,18 @@ def test_only_a_live_gateway_holds_its_units() -> None:
     assert unheld(gateways, units) == units[1:]
     assert unheld(gateways, units[:1]) == []
     assert unheld({}, units) == units
+
+
+def test_a_missing_upstream_found_before_the_stream_was_made_again_is_not_reported() -> None:
+    """The source's cluster came back empty and the stream was made again: a gateway that has not re-read the
+    metadata since still lists "does not exist"; replica list, which has just read the stream, does not repeat it."""
+    from streamrepl import status
+
+    now = int(time.time() * 1000)
+    problem = "upstream /sf/a of /ny/a does not exist"
+    stale = {"gateway": "ny-gw1", "updated": now, "planned": now - 5000, "problems": [problem]}
+    assert status._source_unread({"g": stale}, "/sf/a", "/ny/a", created=now - 1000) == ""
+    fresh = dict(stale, planned=now)
+    assert "ny-gw1 cannot read the source" in status._source_unread({"g": fresh}, "/sf/a", "/ny/a", created=now - 1000)
+    unreachable = dict(stale, problems=["upstream /sf/a of /ny/a: cluster 'sf' does not answer"])
+    assert "cannot read" in status._source_unread({"g": unreachable}, "/sf/a", "/ny/a", created=now - 1000)
