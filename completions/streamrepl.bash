@@ -29,7 +29,7 @@ _streamrepl_options() {
         'cluster gateway') echo '-h --help -help' ;;
         'cluster gateway delete') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster gateway get') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'cluster gateway list') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'cluster gateway list') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -columns --columns -h --help -help' ;;
         'cluster gateway local') echo '-format --format -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster gateway resolve') echo '-dstcluster --dstcluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'cluster gateway set') echo '-dstcluster --dstcluster -gateways --gateways -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -52,17 +52,17 @@ _streamrepl_options() {
         'stream create') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -copymetafrom --copymetafrom -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream cursor') echo '-h --help -help' ;;
         'stream cursor delete') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream cursor list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream cursor list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -columns --columns -h --help -help' ;;
         'stream delete') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream edit') echo '-path --path -ttl --ttl -autocreate --autocreate -defaultpartitions --defaultpartitions -compression --compression -defaulttimestamptype --defaulttimestamptype -produceperm --produceperm -consumeperm --consumeperm -topicperm --topicperm -copyperm --copyperm -adminperm --adminperm -compact --compact -mincompactionlag --mincompactionlag -deleteretention --deleteretention -force --force -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream info') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream list') echo '-cluster --cluster -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream list') echo '-cluster --cluster -clusters --clusters -noheader --noheader -json --json -columns --columns -h --help -help' ;;
         'stream replica') echo '-h --help -help' ;;
         'stream replica add') echo '-path --path -replica --replica -paused --paused -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica autosetup') echo '-path --path -replica --replica -multimaster --multimaster -synchronous --synchronous -throttle --throttle -networkencryption --networkencryption -networkcompression --networkcompression -directcopy --directcopy -useexistingreplica --useexistingreplica -master --master -mapreduce --mapreduce -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica edit') echo '-path --path -replica --replica -newreplica --newreplica -throttle --throttle -synchronous --synchronous -networkencryption --networkencryption -networkcompression --networkcompression -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica failback') echo '-path --path -replica --replica -dryrun --dryrun -master --master -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream replica list') echo '-path --path -refreshnow --refreshnow -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream replica list') echo '-path --path -refreshnow --refreshnow -clusters --clusters -noheader --noheader -json --json -columns --columns -h --help -help' ;;
         'stream replica pause') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica promote') echo '-path --path -dryrun --dryrun -consistent --consistent -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream replica remove') echo '-path --path -replica --replica -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -73,7 +73,7 @@ _streamrepl_options() {
         'stream topic delete') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic edit') echo '-path --path -topic --topic -partitions --partitions -timestamptype --timestamptype -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream topic info') echo '-path --path -topic --topic -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
-        'stream topic list') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'stream topic list') echo '-path --path -clusters --clusters -noheader --noheader -json --json -columns --columns -h --help -help' ;;
         'stream upstream') echo '-h --help -help' ;;
         'stream upstream add') echo '-path --path -upstream --upstream -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream upstream list') echo '-path --path -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -92,6 +92,7 @@ _streamrepl_value() {
         'cluster gateway get|-clusters'|'cluster gateway get|--clusters') echo 'file' ;;
         'cluster gateway list|-dstcluster'|'cluster gateway list|--dstcluster') echo 'value' ;;
         'cluster gateway list|-clusters'|'cluster gateway list|--clusters') echo 'file' ;;
+        'cluster gateway list|-columns'|'cluster gateway list|--columns') echo 'value' ;;
         'cluster gateway local|-format'|'cluster gateway local|--format') echo 'choice:text dns' ;;
         'cluster gateway local|-clusters'|'cluster gateway local|--clusters') echo 'file' ;;
         'cluster gateway resolve|-dstcluster'|'cluster gateway resolve|--dstcluster') echo 'value' ;;
@@ -190,6 +191,7 @@ _streamrepl_value() {
         'stream cursor list|-topic'|'stream cursor list|--topic') echo 'value' ;;
         'stream cursor list|-partition'|'stream cursor list|--partition') echo 'value' ;;
         'stream cursor list|-clusters'|'stream cursor list|--clusters') echo 'file' ;;
+        'stream cursor list|-columns'|'stream cursor list|--columns') echo 'value' ;;
         'stream delete|-path'|'stream delete|--path') echo 'value' ;;
         'stream delete|-clusters'|'stream delete|--clusters') echo 'file' ;;
         'stream edit|-path'|'stream edit|--path') echo 'value' ;;
@@ -212,6 +214,7 @@ _streamrepl_value() {
         'stream info|-clusters'|'stream info|--clusters') echo 'file' ;;
         'stream list|-cluster'|'stream list|--cluster') echo 'value' ;;
         'stream list|-clusters'|'stream list|--clusters') echo 'file' ;;
+        'stream list|-columns'|'stream list|--columns') echo 'value' ;;
         'stream replica add|-path'|'stream replica add|--path') echo 'value' ;;
         'stream replica add|-replica'|'stream replica add|--replica') echo 'value' ;;
         'stream replica add|-paused'|'stream replica add|--paused') echo 'choice:true false yes no' ;;
@@ -248,6 +251,7 @@ _streamrepl_value() {
         'stream replica list|-path'|'stream replica list|--path') echo 'value' ;;
         'stream replica list|-refreshnow'|'stream replica list|--refreshnow') echo 'choice:true false yes no' ;;
         'stream replica list|-clusters'|'stream replica list|--clusters') echo 'file' ;;
+        'stream replica list|-columns'|'stream replica list|--columns') echo 'value' ;;
         'stream replica pause|-path'|'stream replica pause|--path') echo 'value' ;;
         'stream replica pause|-replica'|'stream replica pause|--replica') echo 'value' ;;
         'stream replica pause|-clusters'|'stream replica pause|--clusters') echo 'file' ;;
@@ -286,6 +290,7 @@ _streamrepl_value() {
         'stream topic info|-clusters'|'stream topic info|--clusters') echo 'file' ;;
         'stream topic list|-path'|'stream topic list|--path') echo 'value' ;;
         'stream topic list|-clusters'|'stream topic list|--clusters') echo 'file' ;;
+        'stream topic list|-columns'|'stream topic list|--columns') echo 'value' ;;
         'stream upstream add|-path'|'stream upstream add|--path') echo 'value' ;;
         'stream upstream add|-upstream'|'stream upstream add|--upstream') echo 'value' ;;
         'stream upstream add|-clusters'|'stream upstream add|--clusters') echo 'file' ;;

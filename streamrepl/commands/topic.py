@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, app, handles_errors, opt, output, require
+from ..output import Listing
+from .common import BOOL, app, handles_errors, listing, opt, output, require
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -82,11 +83,26 @@ def info_cmd(path: str, topic: str) -> None:
     output(topics.info(app().registry, require(path, "path"), require(topic, "topic")))
 
 
+_TOPIC_FIELDS = ("topic", "partitions", "consumers", "maxlag", "timestamptype", "kafkatopic")  # topics.LIST_COLUMNS
+TOPIC_LIST = Listing(
+    fields=_TOPIC_FIELDS,
+    default=("topic", "partitions", "consumers", "maxlag", "kafkatopic"),
+    cut=("kafkatopic",),
+    keep=("topic",),
+    middle=("kafkatopic",),
+)
+
+
 @topic.command("list", context_settings=CONTEXT_SETTINGS)
 @opt("path", metavar="PATH", help="Stream path.")
 @handles_errors
+@listing(TOPIC_LIST)
 def list_cmd(path: str) -> None:
-    """List the topics of a stream."""
+    """List the topics of a stream.
+
+    On a terminal: topic, partitions, consumers, maxlag and kafkatopic (cut in the middle to fit); -columns
+    chooses others (timestamptype).
+    """
     from .. import topics
 
     rows = topics.list_topics(
