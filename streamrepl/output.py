@@ -224,15 +224,17 @@ def _shown(row: dict, column: str, listing: Listing | None) -> str:
     return _cell(value)
 
 
-def table_lines(rows: Sequence[dict], cols: Sequence[str], listing: Listing | None, width: int) -> list[str] | None:
+def table_lines(
+    rows: Sequence[dict], cols: Sequence[str], listing: Listing | None, width: int, whole: bool = False
+) -> list[str] | None:
     """`rows` as a table of `cols` whose every line fits `width` (a header line, then one line a row); None when the
-    headers alone do not fit."""
+    headers alone do not fit, or (`whole`) when a value would be cut."""
     lst = listing or Listing(default=())
     headers = [lst.labels.get(c, c) for c in cols]
     cells = [[_shown(r, c, listing) for c in cols] for r in rows]
     natural = [max([_cells(h), *(_cells(line[i]) for line in cells)]) for i, h in enumerate(headers)]
     widths = fit_widths(cols, natural, width, cut=lst.cut, keep=lst.keep, shown=headers)
-    if widths is None:
+    if widths is None or (whole and widths != natural):
         return None
     lines = []
     for line in [headers, *cells]:
@@ -249,7 +251,8 @@ def record_lines(rows: Sequence[dict], cols: Sequence[str], listing: Listing | N
     values wrapped under themselves, a blank line between rows; nothing is cut."""
     import textwrap
 
-    label = max(_cells(c) for c in cols) + GAP
+    labels = (listing or Listing(default=())).labels
+    label = max(_cells(labels.get(c, c)) for c in cols) + GAP
     room = max(width - label, 10)
     lines: list[str] = []
     for n, row in enumerate(rows):
@@ -258,7 +261,8 @@ def record_lines(rows: Sequence[dict], cols: Sequence[str], listing: Listing | N
         for c in cols:
             text = _shown(row, c, listing)
             parts = textwrap.wrap(text, room, break_long_words=True, break_on_hyphens=False) or [""]
-            lines.append((c + " " * (label - _cells(c)) + parts[0]).rstrip())
+            name = labels.get(c, c)
+            lines.append((name + " " * (label - _cells(name)) + parts[0]).rstrip())
             lines += [" " * label + p for p in parts[1:]]
     return lines
 
@@ -297,9 +301,9 @@ def emit(
     from rich.text import Text
 
     width = _width(out)
-    lines = table_lines(rows, cols, listing, width)
+    lines = table_lines(rows, cols, listing, width, whole=mode.long)
     console = Console(file=out, width=width, highlight=False, soft_wrap=False)
-    if lines is None:  # too many columns to stand side by side: a record at a time
+    if lines is None:  # too many columns to stand side by side (or -long: a value cut): a record at a time
         for line in record_lines(rows, cols, listing, width):
             console.print(Text(line), no_wrap=True, crop=True)
         return

@@ -130,7 +130,7 @@ def test_columns_all_on_a_narrow_terminal_shows_each_row_as_lines_of_name_and_va
     lines = on_terminal(ROWS, 80, monkeypatch, columns=("all",))
     assert all(len(line) <= 80 for line in lines), lines
     text = "\n".join(lines)
-    assert text.count("replicaPath") == 3 and text.count("errorPartitions") == 3
+    assert text.count("errorPartitions") == 3 and text.count("\nreplica ") == 3
     assert "WAITING_FOR_UPSTREAM" in text
     joined = " ".join(" ".join(lines).split())
     assert " ".join(LONG_ERROR.split()) in joined
@@ -260,3 +260,13 @@ def test_a_bad_column_is_one_line_naming_the_columns_before_any_broker_is_asked(
     assert run.code != 0, run
     [error] = json.loads(run.stdout)["errors"]
     assert "no column 'bogus'" in error["desc"], error
+
+
+def test_long_on_a_terminal_cuts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """maprcli's -long shows values whole: rows a record at a time when the table would cut one, else the table."""
+    lines = on_terminal(ROWS, 80, monkeypatch, long=True)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert " ".join(LONG_ERROR.split()) in " ".join(" ".join(lines).split())
+    assert "replicaPath" not in "\n".join(lines)  # the default columns, by their headers
+    lines = on_terminal(ROWS[:1], 80, monkeypatch, long=True)
+    assert lines[0].split() == ["replica", "state", "uptodate", "pending", "lagsec", "error"]
