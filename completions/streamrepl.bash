@@ -106,7 +106,7 @@ _streamrepl_value() {
         'consume|-path'|'consume|--path') echo 'value' ;;
         'consume|-group'|'consume|--group') echo 'value' ;;
         'consume|-failover'|'consume|--failover') echo 'value' ;;
-        'consume|-offset'|'consume|--offset') echo 'value' ;;
+        'consume|-offset'|'consume|--offset') echo 'choice:earliest latest' ;;
         'consume|-timestamp'|'consume|--timestamp') echo 'value' ;;
         'consume|-partition'|'consume|--partition') echo 'value' ;;
         'consume|-count'|'consume|--count') echo 'value' ;;
@@ -131,7 +131,7 @@ _streamrepl_value() {
         'diffstreams|-clusters'|'diffstreams|--clusters') echo 'file' ;;
         'gateway start|-cluster'|'gateway start|--cluster') echo 'value' ;;
         'gateway start|-id'|'gateway start|--id') echo 'value' ;;
-        'gateway start|-loglevel'|'gateway start|--loglevel') echo 'value' ;;
+        'gateway start|-loglevel'|'gateway start|--loglevel') echo 'choice:DEBUG INFO WARNING ERROR' ;;
         'gateway start|-metricsport'|'gateway start|--metricsport') echo 'value' ;;
         'gateway start|-metricsaddr'|'gateway start|--metricsaddr') echo 'value' ;;
         'gateway start|-workers'|'gateway start|--workers') echo 'value' ;;
@@ -141,7 +141,7 @@ _streamrepl_value() {
         'local status|-dir'|'local status|--dir') echo 'dir' ;;
         'local up|-clusters'|'local up|--clusters') echo 'value' ;;
         'local up|-dir'|'local up|--dir') echo 'dir' ;;
-        'local up|-broker'|'local up|--broker') echo 'value' ;;
+        'local up|-broker'|'local up|--broker') echo 'choice:tansu noida' ;;
         'local up|-tls'|'local up|--tls') echo 'choice:true false yes no' ;;
         'produce|-path'|'produce|--path') echo 'value' ;;
         'produce|-key'|'produce|--key') echo 'value' ;;
@@ -157,7 +157,7 @@ _streamrepl_value() {
         'proxy start|-tlskey'|'proxy start|--tlskey') echo 'file' ;;
         'proxy start|-metricsport'|'proxy start|--metricsport') echo 'value' ;;
         'proxy start|-metricsaddr'|'proxy start|--metricsaddr') echo 'value' ;;
-        'proxy start|-loglevel'|'proxy start|--loglevel') echo 'value' ;;
+        'proxy start|-loglevel'|'proxy start|--loglevel') echo 'choice:DEBUG INFO WARNING ERROR' ;;
         'proxy start|-clusters'|'proxy start|--clusters') echo 'file' ;;
         'stream assign list|-path'|'stream assign list|--path') echo 'value' ;;
         'stream assign list|-consumergroup'|'stream assign list|--consumergroup') echo 'value' ;;
@@ -168,8 +168,8 @@ _streamrepl_value() {
         'stream create|-ttl'|'stream create|--ttl') echo 'value' ;;
         'stream create|-autocreate'|'stream create|--autocreate') echo 'choice:true false yes no' ;;
         'stream create|-defaultpartitions'|'stream create|--defaultpartitions') echo 'value' ;;
-        'stream create|-compression'|'stream create|--compression') echo 'value' ;;
-        'stream create|-defaulttimestamptype'|'stream create|--defaulttimestamptype') echo 'value' ;;
+        'stream create|-compression'|'stream create|--compression') echo 'choice:off lz4 zlib snappy zstd inherit' ;;
+        'stream create|-defaulttimestamptype'|'stream create|--defaulttimestamptype') echo 'choice:createtime logappendtime' ;;
         'stream create|-produceperm'|'stream create|--produceperm') echo 'value' ;;
         'stream create|-consumeperm'|'stream create|--consumeperm') echo 'value' ;;
         'stream create|-topicperm'|'stream create|--topicperm') echo 'value' ;;
@@ -198,8 +198,8 @@ _streamrepl_value() {
         'stream edit|-ttl'|'stream edit|--ttl') echo 'value' ;;
         'stream edit|-autocreate'|'stream edit|--autocreate') echo 'choice:true false yes no' ;;
         'stream edit|-defaultpartitions'|'stream edit|--defaultpartitions') echo 'value' ;;
-        'stream edit|-compression'|'stream edit|--compression') echo 'value' ;;
-        'stream edit|-defaulttimestamptype'|'stream edit|--defaulttimestamptype') echo 'value' ;;
+        'stream edit|-compression'|'stream edit|--compression') echo 'choice:off lz4 zlib snappy zstd inherit' ;;
+        'stream edit|-defaulttimestamptype'|'stream edit|--defaulttimestamptype') echo 'choice:createtime logappendtime' ;;
         'stream edit|-produceperm'|'stream edit|--produceperm') echo 'value' ;;
         'stream edit|-consumeperm'|'stream edit|--consumeperm') echo 'value' ;;
         'stream edit|-topicperm'|'stream edit|--topicperm') echo 'value' ;;
@@ -221,7 +221,7 @@ _streamrepl_value() {
         'stream replica add|-throttle'|'stream replica add|--throttle') echo 'choice:true false yes no' ;;
         'stream replica add|-synchronous'|'stream replica add|--synchronous') echo 'choice:true false yes no' ;;
         'stream replica add|-networkencryption'|'stream replica add|--networkencryption') echo 'choice:true false yes no' ;;
-        'stream replica add|-networkcompression'|'stream replica add|--networkcompression') echo 'value' ;;
+        'stream replica add|-networkcompression'|'stream replica add|--networkcompression') echo 'choice:off lz4 zlib snappy zstd' ;;
         'stream replica add|-clusters'|'stream replica add|--clusters') echo 'file' ;;
         'stream replica autosetup|-path'|'stream replica autosetup|--path') echo 'value' ;;
         'stream replica autosetup|-replica'|'stream replica autosetup|--replica') echo 'value' ;;
@@ -229,7 +229,7 @@ _streamrepl_value() {
         'stream replica autosetup|-synchronous'|'stream replica autosetup|--synchronous') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-throttle'|'stream replica autosetup|--throttle') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-networkencryption'|'stream replica autosetup|--networkencryption') echo 'choice:true false yes no' ;;
-        'stream replica autosetup|-networkcompression'|'stream replica autosetup|--networkcompression') echo 'value' ;;
+        'stream replica autosetup|-networkcompression'|'stream replica autosetup|--networkcompression') echo 'choice:off lz4 zlib snappy zstd' ;;
         'stream replica autosetup|-directcopy'|'stream replica autosetup|--directcopy') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-useexistingreplica'|'stream replica autosetup|--useexistingreplica') echo 'choice:true false yes no' ;;
         'stream replica autosetup|-master'|'stream replica autosetup|--master') echo 'value' ;;
@@ -241,7 +241,7 @@ _streamrepl_value() {
         'stream replica edit|-throttle'|'stream replica edit|--throttle') echo 'choice:true false yes no' ;;
         'stream replica edit|-synchronous'|'stream replica edit|--synchronous') echo 'choice:true false yes no' ;;
         'stream replica edit|-networkencryption'|'stream replica edit|--networkencryption') echo 'choice:true false yes no' ;;
-        'stream replica edit|-networkcompression'|'stream replica edit|--networkcompression') echo 'value' ;;
+        'stream replica edit|-networkcompression'|'stream replica edit|--networkcompression') echo 'choice:off lz4 zlib snappy zstd' ;;
         'stream replica edit|-clusters'|'stream replica edit|--clusters') echo 'file' ;;
         'stream replica failback|-path'|'stream replica failback|--path') echo 'value' ;;
         'stream replica failback|-replica'|'stream replica failback|--replica') echo 'value' ;;
@@ -274,7 +274,7 @@ _streamrepl_value() {
         'stream topic create|-path'|'stream topic create|--path') echo 'value' ;;
         'stream topic create|-topic'|'stream topic create|--topic') echo 'value' ;;
         'stream topic create|-partitions'|'stream topic create|--partitions') echo 'value' ;;
-        'stream topic create|-timestamptype'|'stream topic create|--timestamptype') echo 'value' ;;
+        'stream topic create|-timestamptype'|'stream topic create|--timestamptype') echo 'choice:createtime logappendtime' ;;
         'stream topic create|-force'|'stream topic create|--force') echo 'choice:true false yes no' ;;
         'stream topic create|-clusters'|'stream topic create|--clusters') echo 'file' ;;
         'stream topic delete|-path'|'stream topic delete|--path') echo 'value' ;;
@@ -283,7 +283,7 @@ _streamrepl_value() {
         'stream topic edit|-path'|'stream topic edit|--path') echo 'value' ;;
         'stream topic edit|-topic'|'stream topic edit|--topic') echo 'value' ;;
         'stream topic edit|-partitions'|'stream topic edit|--partitions') echo 'value' ;;
-        'stream topic edit|-timestamptype'|'stream topic edit|--timestamptype') echo 'value' ;;
+        'stream topic edit|-timestamptype'|'stream topic edit|--timestamptype') echo 'choice:createtime logappendtime' ;;
         'stream topic edit|-clusters'|'stream topic edit|--clusters') echo 'file' ;;
         'stream topic info|-path'|'stream topic info|--path') echo 'value' ;;
         'stream topic info|-topic'|'stream topic info|--topic') echo 'value' ;;

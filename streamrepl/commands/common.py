@@ -41,6 +41,25 @@ class BoolWord(click.ParamType):
 BOOL = BoolWord()
 
 
+class Words(click.ParamType):
+    """A value that is one of a few words, which shell completion offers (scripts/gen_docs.py reads `choices`). The
+    value is passed on as given: the command checks it, with a message of its own (and any case where it takes any).
+    `closed=False`: something else (a number) is taken too."""
+
+    def __init__(self, *choices: str, closed: bool = True) -> None:
+        self.choices = choices
+        self.closed = closed
+        self.name = "|".join(choices) + ("" if closed else "|...")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value
+
+
+COMPRESSIONS = Words("off", "lz4", "zlib", "snappy", "zstd")
+TIMESTAMP_TYPES = Words("createtime", "logappendtime")
+LOG_LEVELS = Words("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, made an exception by `sigterm_interrupts` so that clean-up runs as it does for Ctrl-C."""
 

@@ -8,7 +8,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..output import Listing
-from .common import BOOL, app, handles_errors, listing, opt, output, require, sigterm_interrupts
+from .common import BOOL, COMPRESSIONS, app, handles_errors, listing, opt, output, require, sigterm_interrupts
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -36,7 +36,8 @@ def _link(f: click.decorators.FC) -> click.decorators.FC:
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters (default false).")
 @opt(
     "networkcompression",
-    metavar="off|lz4|zlib",
+    type=COMPRESSIONS,
+    metavar="off|lz4|zlib|snappy|zstd",
     help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
 )
 @handles_errors
@@ -62,7 +63,8 @@ def add_cmd(path: str, replica: str, **kw: object) -> None:
 @opt("networkencryption", type=BOOL, help="Require TLS to both clusters.")
 @opt(
     "networkcompression",
-    metavar="off|lz4|zlib",
+    type=COMPRESSIONS,
+    metavar="off|lz4|zlib|snappy|zstd",
     help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
 )
 @handles_errors
@@ -245,7 +247,8 @@ def upstream_list_cmd(path: str) -> None:
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters.")
 @opt(
     "networkcompression",
-    metavar="off|lz4|zlib",
+    type=COMPRESSIONS,
+    metavar="off|lz4|zlib|snappy|zstd",
     help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
 )
 @opt(

@@ -6,7 +6,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS, LazyGroup
 from ..output import Listing
-from .common import BOOL, app, handles_errors, listing, opt, output, require
+from .common import BOOL, TIMESTAMP_TYPES, Words, app, handles_errors, listing, opt, output, require
 
 SUBGROUPS = {
     "topic": "streamrepl.commands.topic:topic",
@@ -27,8 +27,15 @@ def stream() -> None:
 def settings_options(f: click.decorators.FC) -> click.decorators.FC:
     for name in reversed(PERM_OPTIONS):
         f = opt(name, metavar="ACE", help=f"Access control expression for {name} (default u:<creator>).")(f)
-    f = opt("defaulttimestamptype", metavar="createtime|logappendtime", help="Default timestamp type.")(f)
-    f = opt("compression", metavar="off|lz4|zlib|snappy|zstd", help="Compression of the stream's topics.")(f)
+    f = opt(
+        "defaulttimestamptype", type=TIMESTAMP_TYPES, metavar="createtime|logappendtime", help="Default timestamp type."
+    )(f)
+    f = opt(
+        "compression",
+        type=Words("off", "lz4", "zlib", "snappy", "zstd", "inherit"),
+        metavar="off|lz4|zlib|snappy|zstd",
+        help="Compression of the stream's topics (inherit: the broker's default).",
+    )(f)
     f = opt("defaultpartitions", type=int, help="Partitions of new topics (default 1).")(f)
     f = opt("autocreate", type=BOOL, help="Create topics when a producer first writes to them (default true).")(f)
     f = opt("ttl", type=int, help="Seconds before messages expire; 0 keeps them forever (default 604800).")(f)

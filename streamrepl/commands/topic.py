@@ -6,7 +6,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..output import Listing
-from .common import BOOL, app, handles_errors, listing, opt, output, require
+from .common import BOOL, TIMESTAMP_TYPES, app, handles_errors, listing, opt, output, require
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -22,7 +22,12 @@ def _target(f: click.decorators.FC) -> click.decorators.FC:
 @topic.command("create", context_settings=CONTEXT_SETTINGS)
 @_target
 @opt("partitions", type=int, help="Number of partitions (default: the stream's defaultpartitions).")
-@opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type (default: the stream's).")
+@opt(
+    "timestamptype",
+    type=TIMESTAMP_TYPES,
+    metavar="createtime|logappendtime",
+    help="Timestamp type (default: the stream's).",
+)
 @opt(
     "force",
     type=BOOL,
@@ -52,7 +57,7 @@ def create_cmd(path: str, topic: str, partitions: int | None, timestamptype: str
 @topic.command("edit", context_settings=CONTEXT_SETTINGS)
 @_target
 @opt("partitions", type=int, help="New number of partitions (can only grow).")
-@opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type.")
+@opt("timestamptype", type=TIMESTAMP_TYPES, metavar="createtime|logappendtime", help="Timestamp type.")
 @handles_errors
 def edit_cmd(path: str, topic: str, partitions: int | None, timestamptype: str | None) -> None:
     """Add partitions to a topic or change its timestamp type (needs topicperm)."""

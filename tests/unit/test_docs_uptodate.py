@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,41 @@ def test_bash_completion_completes_commands_options_and_values() -> None:
         "yes",
         "no",
     ]
+
+
+@pytest.mark.parametrize(
+    ("words", "values"),
+    [
+        (["local", "up", "-broker"], {"tansu", "noida"}),
+        (["stream", "create", "-path", "/a/b", "-compression"], {"off", "lz4", "zlib", "snappy", "zstd", "inherit"}),
+        (["stream", "edit", "-defaulttimestamptype"], {"createtime", "logappendtime"}),
+        (["stream", "topic", "create", "-timestamptype"], {"createtime", "logappendtime"}),
+        (["stream", "replica", "add", "-networkcompression"], {"off", "lz4", "zlib", "snappy", "zstd"}),
+        (["gateway", "start", "-loglevel"], {"DEBUG", "INFO", "WARNING", "ERROR"}),
+        (["proxy", "start", "--loglevel"], {"DEBUG", "INFO", "WARNING", "ERROR"}),
+        (["consume", "-offset"], {"earliest", "latest"}),
+        (["produce", "-format"], {"lines", "json"}),
+    ],
+)
+def test_bash_completion_offers_the_values_of_an_option_with_a_fixed_set(words: list[str], values: set[str]) -> None:
+    assert set(_complete_bash("streamrepl", *words, "")) == values
+
+
+def test_every_option_that_names_its_values_completes_them() -> None:
+    """An option whose metavar lists words (`off|lz4|zlib`, `tansu|noida`) is completed with them; a number
+    (`N`) beside them stays free."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_docs
+
+    listed = re.compile(r"\[?[A-Za-z]+(\|[A-Za-z]+)+\]?")
+    missing = []
+    for node in gen_docs.nodes(gen_docs.load_tree()):
+        for o in node.options:
+            if o.takes_value and listed.fullmatch(o.metavar):
+                words = {w.lower() for w in o.metavar.strip("[]").split("|")} - {"n"}
+                if not words <= {c.lower() for c in o.choices}:
+                    missing.append(f"{node.words} {o.names[0]} {o.metavar}: completes {o.choices}")
+    assert missing == []
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
