@@ -196,3 +196,36 @@ def test_readme_links_to_the_docs_it_names() -> None:
     for doc in ("docs/architecture.md", "docs/maprcli.md"):
         assert f"]({doc})" in readme, doc
         assert (ROOT / doc).is_file(), doc
+
+
+def test_the_index_page_is_generated_and_names_every_other_page() -> None:
+    """`man streamrepl` is the index: man/streamrepl.1 lists every command's page (gen_docs writes it with them)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_docs
+
+    files = gen_docs.generate(gen_docs.load_tree())
+    pages = sorted(name for name in files if name.startswith("man/") and name != "man/streamrepl.1")
+    index = files["man/streamrepl.1"]
+    assert pages and all(f"\\fB{gen_docs.roff(Path(p).stem)}\\fR(1)" in index for p in pages)
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
+def test_man_streamrepl_finds_the_index_beside_a_bin_on_path(tmp_path: Path) -> None:
+    """man looks for pages in ../share/man of every bin directory on $PATH: scripts/setup links .venv/share/man/man1
+    to man/, and an installed package puts the pages in <prefix>/share/man/man1 (pyproject.toml's data-files)."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert data["share/man/man1"] == ["man/*.1"]
+    setup = (ROOT / "scripts" / "setup").read_text()
+    assert "ln -sfn ../../../man .venv/share/man/man1" in setup
+    # what scripts/setup makes, in a prefix of its own
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "share" / "man").mkdir(parents=True)
+    (tmp_path / "share" / "man" / "man1").symlink_to(ROOT / "man")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "80", "LANG": "C.UTF-8"}
+    r = subprocess.run(["man", "streamrepl"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.lstrip().startswith("STREAMREPL(1)") and "streamrepl-stream-replica-list(1)" in r.stdout.replace(
+        "\u2010", "-"
+    )
