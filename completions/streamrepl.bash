@@ -92,7 +92,7 @@ _streamrepl_value() {
         'cluster gateway get|-clusters'|'cluster gateway get|--clusters') echo 'file' ;;
         'cluster gateway list|-dstcluster'|'cluster gateway list|--dstcluster') echo 'value' ;;
         'cluster gateway list|-clusters'|'cluster gateway list|--clusters') echo 'file' ;;
-        'cluster gateway list|-columns'|'cluster gateway list|--columns') echo 'value' ;;
+        'cluster gateway list|-columns'|'cluster gateway list|--columns') echo 'choice:cluster gateway host pid slots partitions applied errors lastseen restarts lastexit replicates all' ;;
         'cluster gateway local|-format'|'cluster gateway local|--format') echo 'choice:text dns' ;;
         'cluster gateway local|-clusters'|'cluster gateway local|--clusters') echo 'file' ;;
         'cluster gateway resolve|-dstcluster'|'cluster gateway resolve|--dstcluster') echo 'value' ;;
@@ -191,7 +191,7 @@ _streamrepl_value() {
         'stream cursor list|-topic'|'stream cursor list|--topic') echo 'value' ;;
         'stream cursor list|-partition'|'stream cursor list|--partition') echo 'value' ;;
         'stream cursor list|-clusters'|'stream cursor list|--clusters') echo 'file' ;;
-        'stream cursor list|-columns'|'stream cursor list|--columns') echo 'value' ;;
+        'stream cursor list|-columns'|'stream cursor list|--columns') echo 'choice:consumergroup topic partitionid produceroffset committedoffset consumerlagmillis lag all' ;;
         'stream delete|-path'|'stream delete|--path') echo 'value' ;;
         'stream delete|-clusters'|'stream delete|--clusters') echo 'file' ;;
         'stream edit|-path'|'stream edit|--path') echo 'value' ;;
@@ -214,7 +214,7 @@ _streamrepl_value() {
         'stream info|-clusters'|'stream info|--clusters') echo 'file' ;;
         'stream list|-cluster'|'stream list|--cluster') echo 'value' ;;
         'stream list|-clusters'|'stream list|--clusters') echo 'file' ;;
-        'stream list|-columns'|'stream list|--columns') echo 'value' ;;
+        'stream list|-columns'|'stream list|--columns') echo 'choice:path cluster uuid numtopics defaultpartitions ttl compression autocreate defaulttimestamptype compact numreplicas numupstreams creator created produceperm consumeperm topicperm copyperm adminperm all' ;;
         'stream replica add|-path'|'stream replica add|--path') echo 'value' ;;
         'stream replica add|-replica'|'stream replica add|--replica') echo 'value' ;;
         'stream replica add|-paused'|'stream replica add|--paused') echo 'choice:true false yes no' ;;
@@ -251,7 +251,7 @@ _streamrepl_value() {
         'stream replica list|-path'|'stream replica list|--path') echo 'value' ;;
         'stream replica list|-refreshnow'|'stream replica list|--refreshnow') echo 'choice:true false yes no' ;;
         'stream replica list|-clusters'|'stream replica list|--clusters') echo 'file' ;;
-        'stream replica list|-columns'|'stream replica list|--columns') echo 'value' ;;
+        'stream replica list|-columns'|'stream replica list|--columns') echo 'choice:cluster stream type replicaPath replicaState paused throttle idx networkencryption synchronous networkcompression uuid isUptodate putsPending bytesPending minPendingTS maxPendingTS lasterror errorPartitions lagSeconds all' ;;
         'stream replica pause|-path'|'stream replica pause|--path') echo 'value' ;;
         'stream replica pause|-replica'|'stream replica pause|--replica') echo 'value' ;;
         'stream replica pause|-clusters'|'stream replica pause|--clusters') echo 'file' ;;
@@ -290,7 +290,7 @@ _streamrepl_value() {
         'stream topic info|-clusters'|'stream topic info|--clusters') echo 'file' ;;
         'stream topic list|-path'|'stream topic list|--path') echo 'value' ;;
         'stream topic list|-clusters'|'stream topic list|--clusters') echo 'file' ;;
-        'stream topic list|-columns'|'stream topic list|--columns') echo 'value' ;;
+        'stream topic list|-columns'|'stream topic list|--columns') echo 'choice:topic partitions consumers maxlag timestamptype kafkatopic all' ;;
         'stream upstream add|-path'|'stream upstream add|--path') echo 'value' ;;
         'stream upstream add|-upstream'|'stream upstream add|--upstream') echo 'value' ;;
         'stream upstream add|-clusters'|'stream upstream add|--clusters') echo 'file' ;;

@@ -120,7 +120,7 @@ complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -o dstclust
 complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'
 complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -o json -l json -d 'Output the maprcli JSON envelope.'
-complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -o columns -l columns -x -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: cluster, gateway, host, partitions, errors, lastseen, restarts, lastexit; a pipe, -json and -noheader get every one.'
+complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -o columns -l columns -x -a 'cluster gateway host pid slots partitions applied errors lastseen restarts lastexit replicates all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: cluster, gateway, host, partitions, errors, lastseen, restarts, lastexit; a pipe, -json and -noheader get every one.'
 complete -c streamrepl -n '__streamrepl_at \'cluster gateway list\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl cluster gateway local
@@ -340,7 +340,7 @@ complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -o partition 
 complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'
 complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -o json -l json -d 'Output the maprcli JSON envelope.'
-complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -o columns -l columns -x -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: consumergroup, topic, partitionid, produceroffset, committedoffset, consumerlagmillis, lag; a pipe, -json and -noheader get every one.'
+complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -o columns -l columns -x -a 'consumergroup topic partitionid produceroffset committedoffset consumerlagmillis lag all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: consumergroup, topic, partitionid, produceroffset, committedoffset, consumerlagmillis, lag; a pipe, -json and -noheader get every one.'
 complete -c streamrepl -n '__streamrepl_at \'stream cursor list\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl stream delete
@@ -383,7 +383,7 @@ complete -c streamrepl -n '__streamrepl_at \'stream list\'' -o cluster -l cluste
 complete -c streamrepl -n '__streamrepl_at \'stream list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'stream list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'
 complete -c streamrepl -n '__streamrepl_at \'stream list\'' -o json -l json -d 'Output the maprcli JSON envelope.'
-complete -c streamrepl -n '__streamrepl_at \'stream list\'' -o columns -l columns -x -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: path, numtopics, defaultpartitions, numreplicas, numupstreams; a pipe, -json and -noheader get every one.'
+complete -c streamrepl -n '__streamrepl_at \'stream list\'' -o columns -l columns -x -a 'path cluster uuid numtopics defaultpartitions ttl compression autocreate defaulttimestamptype compact numreplicas numupstreams creator created produceperm consumeperm topicperm copyperm adminperm all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: path, numtopics, defaultpartitions, numreplicas, numupstreams; a pipe, -json and -noheader get every one.'
 complete -c streamrepl -n '__streamrepl_at \'stream list\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl stream replica
@@ -458,7 +458,7 @@ complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o refreshno
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o json -l json -d 'Output the maprcli JSON envelope.'
-complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o columns -l columns -x -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: replicaPath, replicaState, isUptodate, putsPending, lagSeconds, lasterror; a pipe, -json and -noheader get every one.'
+complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o columns -l columns -x -a 'cluster stream type replicaPath replicaState paused throttle idx networkencryption synchronous networkcompression uuid isUptodate putsPending bytesPending minPendingTS maxPendingTS lasterror errorPartitions lagSeconds all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: replicaPath, replicaState, isUptodate, putsPending, lagSeconds, lasterror; a pipe, -json and -noheader get every one.'
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl stream replica pause
@@ -555,7 +555,7 @@ complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -o path -l pat
 complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'
 complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -o json -l json -d 'Output the maprcli JSON envelope.'
-complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -o columns -l columns -x -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: topic, partitions, consumers, maxlag, kafkatopic; a pipe, -json and -noheader get every one.'
+complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -o columns -l columns -x -a 'topic partitions consumers maxlag timestamptype kafkatopic all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: topic, partitions, consumers, maxlag, kafkatopic; a pipe, -json and -noheader get every one.'
 complete -c streamrepl -n '__streamrepl_at \'stream topic list\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl stream upstream

@@ -198,6 +198,7 @@ def listing(view: Listing) -> Callable:
 
         return opt(
             "columns",
+            type=Words(*view.fields, *view.derived, "all", closed=False),  # completion offers the names
             metavar="A,B,...|all",
             help="The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a"
             f" terminal: {', '.join(view.default)}; a pipe, -json and -noheader get every one.",

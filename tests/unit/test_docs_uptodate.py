@@ -16,6 +16,7 @@ BASH = ROOT / "completions" / "streamrepl.bash"
 ZSH = ROOT / "completions" / "_streamrepl"
 FISH = ROOT / "completions" / "streamrepl.fish"
 PAGES = sorted((ROOT / "man").glob("*.1"))
+TOPIC_COLUMNS = {"topic", "partitions", "consumers", "maxlag", "timestamptype", "kafkatopic"}
 
 
 def test_generated_files_are_up_to_date() -> None:
@@ -81,6 +82,7 @@ def test_bash_completion_completes_commands_options_and_values() -> None:
         (["proxy", "start", "--loglevel"], {"DEBUG", "INFO", "WARNING", "ERROR"}),
         (["consume", "-offset"], {"earliest", "latest"}),
         (["produce", "-format"], {"lines", "json"}),
+        (["stream", "topic", "list", "-columns"], {*TOPIC_COLUMNS, "all"}),
     ],
 )
 def test_bash_completion_offers_the_values_of_an_option_with_a_fixed_set(words: list[str], values: set[str]) -> None:
