@@ -262,10 +262,13 @@ def parse(text: str, path: Path) -> Registry:
     if not isinstance(doc, dict) or not isinstance(doc.get("clusters"), dict) or not doc["clusters"]:
         raise RegistryError(f"cluster registry {path} must be a mapping with a non-empty 'clusters:' section")
     for key in doc:
-        if key not in ("default", "clusters"):
+        # `x-` keys are not read: they hold templates for merge keys (`x-base: &base`, then `<<: *base`), as in
+        # docker-compose files.
+        if key not in ("default", "clusters") and not str(key).startswith("x-"):
             raise RegistryError(
                 f"unknown top-level entry '{key}' in {path}: only 'default:' and 'clusters:' go there;"
-                " is a cluster property indented wrongly?"
+                " is a cluster property indented wrongly? (a template for merge keys goes under a name that"
+                " starts with 'x-')"
             )
     clusters: dict[str, Cluster] = {}
     for name, props in doc["clusters"].items():

@@ -15,7 +15,7 @@ import click
 
 from .. import settings
 from ..errors import InvalidArgument, StreamreplError
-from ..output import OutputMode, emit, emit_error
+from ..output import Listing, OutputMode, choose_columns, emit, emit_error
 
 #: maprcli's words, in any case; nothing else, so that a typo is an error rather than a guess.
 TRUE_WORDS = {"true", "yes"}
@@ -39,6 +39,25 @@ class BoolWord(click.ParamType):
 
 
 BOOL = BoolWord()
+
+
+class Words(click.ParamType):
+    """A value that is one of a few words, which shell completion offers (scripts/gen_docs.py reads `choices`). The
+    value is passed on as given: the command checks it, with a message of its own (and any case where it takes any).
+    `closed=False`: something else (a number) is taken too."""
+
+    def __init__(self, *choices: str, closed: bool = True) -> None:
+        self.choices = choices
+        self.closed = closed
+        self.name = "|".join(choices) + ("" if closed else "|...")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value
+
+
+COMPRESSIONS = Words("off", "lz4", "zlib", "snappy", "zstd")
+TIMESTAMP_TYPES = Words("createtime", "logappendtime")
+LOG_LEVELS = Words("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class Terminated(KeyboardInterrupt):
@@ -161,6 +180,31 @@ def handles_errors(f: Callable | None = None, *, registry_option: bool = True) -
             report_error(command_name(ctx), code, message, a.mode)
 
     return common_options(wrapper, registry_option)
+
+
+def listing(view: Listing) -> Callable:
+    """A wide listing: `view` says which columns a terminal shows unless `-columns` chooses (under `handles_errors`,
+    so that a bad name is a one-line error)."""
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def wrapper(*args: Any, columns: str | None, **kwargs: Any) -> Any:
+            mode = app().mode
+            mode.listing = view
+            mode.columns = None if columns is None else tuple(columns.split(","))
+            if mode.columns is not None and view.fields:  # a wrong name is said before any work is done
+                choose_columns(mode.columns, [*view.fields, *view.derived], view.labels)
+            return f(*args, **kwargs)
+
+        return opt(
+            "columns",
+            type=Words(*view.fields, *view.derived, "all", closed=False),  # completion offers the names
+            metavar="A,B,...|all",
+            help="The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a"
+            f" terminal: {', '.join(view.default)}; a pipe, -json and -noheader get every one.",
+        )(wrapper)
+
+    return decorate
 
 
 def stdout_closed() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import app, handles_errors, opt, output, require
+from ..output import Listing
+from .common import app, handles_errors, listing, opt, output, require
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -25,9 +26,35 @@ def _selectors(f: click.decorators.FC) -> click.decorators.FC:
     return opt("path", metavar="PATH", help="Stream path.")(f)
 
 
+_CURSOR_FIELDS = (  # cursors.operations.CURSOR_COLUMNS
+    "consumergroup",
+    "topic",
+    "partitionid",
+    "produceroffset",
+    "committedoffset",
+    "consumerlagmillis",
+    "lag",
+)
+CURSOR_LIST = Listing(
+    fields=_CURSOR_FIELDS,
+    default=_CURSOR_FIELDS,
+    cut=("consumergroup",),
+    keep=("topic",),
+    middle=("consumergroup",),
+    labels={
+        "consumergroup": "group",
+        "partitionid": "partition",
+        "produceroffset": "produced",
+        "committedoffset": "committed",
+        "consumerlagmillis": "lagms",
+    },
+)
+
+
 @cursor.command("list", context_settings=CONTEXT_SETTINGS)
 @_selectors
 @handles_errors
+@listing(CURSOR_LIST)
 def cursor_list_cmd(path: str, consumergroup: str | None, topic: str | None, partition: int | None) -> None:
     """List committed cursors with the partition's last offset and the lag (records and milliseconds).
 
@@ -38,7 +65,8 @@ def cursor_list_cmd(path: str, consumergroup: str | None, topic: str | None, par
     lag                records between the committed offset and the end of the partition
 
     Every group is listed (names with control characters escaped, as `\\n`) except streamrepl's own,
-    whose names start with `streamrepl-` (gateways, readers).
+    whose names start with `streamrepl-` (gateways, readers). On a terminal the headers are shorter (group,
+    partition, produced, committed, lagms) and a long group name is cut in the middle to fit.
     """
     from ..cursors import operations
 

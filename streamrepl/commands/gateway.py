@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, app, handles_errors, opt, output, require
+from ..output import Listing
+from .common import BOOL, LOG_LEVELS, app, handles_errors, listing, opt, output, require
 
 if TYPE_CHECKING:
     from ..replication.workers import Worker
@@ -43,7 +44,14 @@ _OPTIONS = (
         metavar="NAME",
         help="Gateway name: letters, digits, '.', '_' and '-' (default: <host>-<pid>).",
     ),
-    opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR."),
+    opt(
+        "loglevel",
+        type=LOG_LEVELS,
+        metavar="DEBUG|INFO|WARNING|ERROR",
+        default="INFO",
+        show_default=True,
+        help="What the log shows, from everything (DEBUG) to errors only.",
+    ),
     opt(
         "metricsport",
         type=int,
@@ -235,14 +243,38 @@ def cluster_gateway() -> None:
     """Which gateways run, and what each of them replicates."""
 
 
+GATEWAY_LIST = Listing(
+    fields=(  # replication.live.COLUMNS
+        "cluster",
+        "gateway",
+        "host",
+        "pid",
+        "slots",
+        "partitions",
+        "applied",
+        "errors",
+        "lastseen",
+        "restarts",
+        "lastexit",
+        "replicates",
+    ),
+    default=("cluster", "gateway", "host", "partitions", "errors", "lastseen", "restarts", "lastexit"),
+    cut=("lastexit", "host"),
+    keep=("gateway",),
+)
+
+
 @cluster_gateway.command("list", context_settings=CONTEXT_SETTINGS)
 @opt("dstcluster", metavar="NAME", help="Only this destination cluster (default: all).")
 @handles_errors
+@listing(GATEWAY_LIST)
 def list_cmd(dstcluster: str | None) -> None:
     """Show the live gateways of each destination cluster and the partitions each applies.
 
     Unlike maprcli's `cluster gateway list` (each cluster's configured list, columns cluster gatewayConfig),
     this lists the gateways running now, with more columns; `cluster gateway get` shows a configured list.
+    On a terminal: cluster, gateway, host, partitions, errors, lastseen, restarts and lastexit; -columns
+    chooses others (pid, slots, applied, replicates: the partitions themselves).
     """
     from ..replication.live import COLUMNS, live_gateways
 

@@ -10,7 +10,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument
-from .common import BOOL, app, handles_errors, opt, output
+from .common import BOOL, Words, app, handles_errors, opt, output
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -43,6 +43,7 @@ def _dir(d: str | None) -> Path:
 )
 @opt(
     "broker",
+    type=Words("tansu", "noida"),
     metavar="tansu|noida",
     help="The broker to start: tansu (memory only) or noida (noida-db, keeps its data in DIR/data)."
     " Default: $STREAMREPL_LOCAL_BROKER or tansu; a cluster recorded in DIR, or whose data DIR keeps,"

@@ -14,7 +14,7 @@ from ..cli import CONTEXT_SETTINGS
 from ..errors import InvalidArgument, NotFound, StreamreplError
 from ..paths import split_topic
 from ..records import MAX_PARTITION, MAX_TIMESTAMP, arg_bytes, header_pairs, json_record, record_json, record_line
-from .common import app, handles_errors, opt, output, require
+from .common import Words, app, handles_errors, opt, output, require
 
 if TYPE_CHECKING:
     from ..client import Delivery
@@ -209,6 +209,7 @@ def _summary(topic: str, results: list[Delivery]) -> None:
 )
 @opt(
     "offset",
+    type=Words("earliest", "latest", closed=False),
     metavar="earliest|latest|N",
     help="Start here instead of at the group's committed offsets (N<0: from the end).",
 )

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import app, handles_errors, opt, output, require
+from .common import LOG_LEVELS, app, handles_errors, opt, output, require
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -30,7 +30,14 @@ def proxy() -> None:
 @opt("tlskey", metavar="FILE", help="PEM private key of -tlscert.")
 @opt("metricsport", type=int, metavar="PORT", help="Serve Prometheus metrics on this port (GET /metrics; 0: any).")
 @opt("metricsaddr", metavar="ADDR", default="0.0.0.0", show_default=True, help="Address the metrics port listens on.")
-@opt("loglevel", metavar="LEVEL", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@opt(
+    "loglevel",
+    type=LOG_LEVELS,
+    metavar="DEBUG|INFO|WARNING|ERROR",
+    default="INFO",
+    show_default=True,
+    help="What the log shows, from everything (DEBUG) to errors only.",
+)
 @handles_errors
 def start_cmd(
     cluster: str | None,

@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, app, handles_errors, opt, output, require, sigterm_interrupts
+from ..output import Listing
+from .common import BOOL, COMPRESSIONS, app, handles_errors, listing, opt, output, require, sigterm_interrupts
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -35,7 +36,8 @@ def _link(f: click.decorators.FC) -> click.decorators.FC:
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters (default false).")
 @opt(
     "networkcompression",
-    metavar="off|lz4|zlib",
+    type=COMPRESSIONS,
+    metavar="off|lz4|zlib|snappy|zstd",
     help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
 )
 @handles_errors
@@ -61,7 +63,8 @@ def add_cmd(path: str, replica: str, **kw: object) -> None:
 @opt("networkencryption", type=BOOL, help="Require TLS to both clusters.")
 @opt(
     "networkcompression",
-    metavar="off|lz4|zlib",
+    type=COMPRESSIONS,
+    metavar="off|lz4|zlib|snappy|zstd",
     help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
 )
 @handles_errors
@@ -123,12 +126,65 @@ def resume_cmd(path: str, replica: str) -> None:
     output([])
 
 
+def _lag_seconds(row: dict[str, Any]) -> int:
+    """How old the oldest record not yet replicated is, in seconds (0: nothing pending)."""
+    import time
+
+    oldest = row.get("minPendingTS") or 0
+    return max(int(time.time() - oldest / 1000), 0) if row.get("putsPending") and oldest else 0
+
+
+REPLICA_LIST = Listing(
+    fields=(
+        "cluster",
+        "stream",
+        "type",
+        "replicaPath",
+        "replicaState",
+        "paused",
+        "throttle",
+        "idx",
+        "networkencryption",
+        "synchronous",
+        "networkcompression",
+        "uuid",
+        "isUptodate",
+        "putsPending",
+        "bytesPending",
+        "minPendingTS",
+        "maxPendingTS",
+        "lasterror",
+        "errorPartitions",
+    ),
+    default=("replicaPath", "replicaState", "isUptodate", "putsPending", "lagSeconds", "lasterror"),
+    cut=("lasterror",),
+    keep=("replicaPath", "replicaState"),
+    middle=("replicaPath",),
+    labels={
+        "replicaPath": "replica",
+        "replicaState": "state",
+        "isUptodate": "uptodate",
+        "putsPending": "pending",
+        "lagSeconds": "lagsec",
+        "lasterror": "error",
+    },
+    show={"replicaState": lambda v: str(v).removeprefix("REPLICA_STATE_")},
+    derived={"lagSeconds": _lag_seconds},
+)
+
+
 @replica.command("list", context_settings=CONTEXT_SETTINGS)
 @opt("path", metavar="PATH", help="Source stream path.")
 @opt("refreshnow", type=BOOL, default=False, help="Accepted for maprcli scripts; figures are always live.")
 @handles_errors
+@listing(REPLICA_LIST)
 def list_cmd(path: str, refreshnow: bool) -> None:
-    """List the replicas of a stream, their state and pending work."""
+    """List the replicas of a stream, their state and pending work.
+
+    On a terminal: the replica's path, its state (without REPLICA_STATE_), whether it is up to date, the records
+    pending, lagSeconds (the age in seconds of the oldest of them) and the last error, cut to fit, under shorter
+    headers (replica, state, uptodate, pending, lagsec, error); -columns chooses others, by field or header.
+    """
     from .. import replicas
 
     output(replicas.list_replicas(app().registry, require(path, "path"), refreshnow))
@@ -191,7 +247,8 @@ def upstream_list_cmd(path: str) -> None:
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters.")
 @opt(
     "networkcompression",
-    metavar="off|lz4|zlib",
+    type=COMPRESSIONS,
+    metavar="off|lz4|zlib|snappy|zstd",
     help="Recorded with the link; what crosses it is compressed as the source stream stores it (stream -compression).",
 )
 @opt(

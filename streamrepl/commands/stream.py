@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS, LazyGroup
-from .common import BOOL, app, handles_errors, opt, output, require
+from ..output import Listing
+from .common import BOOL, TIMESTAMP_TYPES, Words, app, handles_errors, listing, opt, output, require
 
 SUBGROUPS = {
     "topic": "streamrepl.commands.topic:topic",
@@ -26,8 +27,15 @@ def stream() -> None:
 def settings_options(f: click.decorators.FC) -> click.decorators.FC:
     for name in reversed(PERM_OPTIONS):
         f = opt(name, metavar="ACE", help=f"Access control expression for {name} (default u:<creator>).")(f)
-    f = opt("defaulttimestamptype", metavar="createtime|logappendtime", help="Default timestamp type.")(f)
-    f = opt("compression", metavar="off|lz4|zlib|snappy|zstd", help="Compression of the stream's topics.")(f)
+    f = opt(
+        "defaulttimestamptype", type=TIMESTAMP_TYPES, metavar="createtime|logappendtime", help="Default timestamp type."
+    )(f)
+    f = opt(
+        "compression",
+        type=Words("off", "lz4", "zlib", "snappy", "zstd", "inherit"),
+        metavar="off|lz4|zlib|snappy|zstd",
+        help="Compression of the stream's topics (inherit: the broker's default).",
+    )(f)
     f = opt("defaultpartitions", type=int, help="Partitions of new topics (default 1).")(f)
     f = opt("autocreate", type=BOOL, help="Create topics when a producer first writes to them (default true).")(f)
     f = opt("ttl", type=int, help="Seconds before messages expire; 0 keeps them forever (default 604800).")(f)
@@ -102,11 +110,51 @@ def info_cmd(path: str) -> None:
     output([streams.info(app().registry, require(path, "path"))])
 
 
+STREAM_LIST = Listing(
+    # streams.INFO_COLUMNS, then the permissions (ace.PERMS) shown to whoever has adminperm
+    fields=(
+        "path",
+        "cluster",
+        "uuid",
+        "numtopics",
+        "defaultpartitions",
+        "ttl",
+        "compression",
+        "autocreate",
+        "defaulttimestamptype",
+        "compact",
+        "numreplicas",
+        "numupstreams",
+        "creator",
+        "created",
+        "produceperm",
+        "consumeperm",
+        "topicperm",
+        "copyperm",
+        "adminperm",
+    ),
+    default=("path", "numtopics", "defaultpartitions", "numreplicas", "numupstreams"),
+    keep=("path",),
+    middle=("path",),
+    labels={
+        "numtopics": "topics",
+        "defaultpartitions": "partitions",
+        "numreplicas": "replicas",
+        "numupstreams": "upstreams",
+    },
+)
+
+
 @stream.command("list", context_settings=CONTEXT_SETTINGS)
 @opt("cluster", metavar="NAME", help="Only this cluster (default: every cluster in the registry).")
 @handles_errors
+@listing(STREAM_LIST)
 def list_cmd(cluster: str | None) -> None:
-    """List the streams of one or every cluster."""
+    """List the streams of one or every cluster.
+
+    On a terminal: path, topics, default partitions, replicas and upstreams; -columns chooses others
+    (compression, ttl, creator, uuid, the permissions, ...).
+    """
     from .. import streams
 
     rows = streams.list_streams(app().registry, cluster)

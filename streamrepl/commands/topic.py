@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, app, handles_errors, opt, output, require
+from ..output import Listing
+from .common import BOOL, TIMESTAMP_TYPES, app, handles_errors, listing, opt, output, require
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -21,7 +22,12 @@ def _target(f: click.decorators.FC) -> click.decorators.FC:
 @topic.command("create", context_settings=CONTEXT_SETTINGS)
 @_target
 @opt("partitions", type=int, help="Number of partitions (default: the stream's defaultpartitions).")
-@opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type (default: the stream's).")
+@opt(
+    "timestamptype",
+    type=TIMESTAMP_TYPES,
+    metavar="createtime|logappendtime",
+    help="Timestamp type (default: the stream's).",
+)
 @opt(
     "force",
     type=BOOL,
@@ -51,7 +57,7 @@ def create_cmd(path: str, topic: str, partitions: int | None, timestamptype: str
 @topic.command("edit", context_settings=CONTEXT_SETTINGS)
 @_target
 @opt("partitions", type=int, help="New number of partitions (can only grow).")
-@opt("timestamptype", metavar="createtime|logappendtime", help="Timestamp type.")
+@opt("timestamptype", type=TIMESTAMP_TYPES, metavar="createtime|logappendtime", help="Timestamp type.")
 @handles_errors
 def edit_cmd(path: str, topic: str, partitions: int | None, timestamptype: str | None) -> None:
     """Add partitions to a topic or change its timestamp type (needs topicperm)."""
@@ -82,11 +88,26 @@ def info_cmd(path: str, topic: str) -> None:
     output(topics.info(app().registry, require(path, "path"), require(topic, "topic")))
 
 
+_TOPIC_FIELDS = ("topic", "partitions", "consumers", "maxlag", "timestamptype", "kafkatopic")  # topics.LIST_COLUMNS
+TOPIC_LIST = Listing(
+    fields=_TOPIC_FIELDS,
+    default=("topic", "partitions", "consumers", "maxlag", "kafkatopic"),
+    cut=("kafkatopic",),
+    keep=("topic",),
+    middle=("kafkatopic",),
+)
+
+
 @topic.command("list", context_settings=CONTEXT_SETTINGS)
 @opt("path", metavar="PATH", help="Stream path.")
 @handles_errors
+@listing(TOPIC_LIST)
 def list_cmd(path: str) -> None:
-    """List the topics of a stream."""
+    """List the topics of a stream.
+
+    On a terminal: topic, partitions, consumers, maxlag and kafkatopic (cut in the middle to fit); -columns
+    chooses others (timestamptype).
+    """
     from .. import topics
 
     rows = topics.list_topics(

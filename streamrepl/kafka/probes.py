@@ -1,8 +1,8 @@
 """What a cluster's brokers do where streamrepl's safety depends on it, found out by asking the running cluster.
 
-A registry names only `bootstrap.servers`; which broker runs behind it is not declared but probed (DESIGN.md,
-"Discovered, not declared"). Each probe answers one question with True, False or None (could not decide), and the
-decisions in brokers.py take the behaviour safe on every broker where the answer is None:
+A registry names only `bootstrap.servers`; which broker runs behind it is not declared but probed (docs/brokers.md,
+"What a broker does is probed, not declared"). Each probe answers one question with True, False or None (could not
+decide), and the decisions in brokers.py take the behaviour safe on every broker where the answer is None:
 
   identity       who answers: the cluster id, the broker ids, and a fingerprint of the API version ranges the
                  broker offers (ApiVersions); a change of identity makes the cached answers stale

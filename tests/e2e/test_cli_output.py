@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from support import RECENT_MS, Run, one_error_line, run_proc
+import pytest
+from support import RECENT_MS, Run, one_error_line, run_in_terminal, run_proc
 
 from streamrepl import registry
 from streamrepl.local import EphemeralClusters
@@ -155,3 +157,67 @@ def test_a_replica_deleted_and_created_again_is_an_error_in_replica_list(cli, ne
     assert row["replicaState"] == "REPLICA_STATE_ERROR", row
     assert "created again" in row["lasterror"] and "replica remove" in row["lasterror"], row
     assert row["isUptodate"] is False
+
+
+# -- what a terminal shows: the columns an operator reads first, one line a row -----------------------------------
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _terminal_lines(args: list[str], width: int) -> list[str]:
+    run = run_in_terminal(args, width)
+    assert run.code == 0, run
+    lines = ANSI.sub("", run.stdout).splitlines()
+    assert lines and all(len(line) <= width for line in lines), "\n".join(lines)
+    return lines
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_replica_list_on_a_terminal_fits_its_width_with_path_and_state_whole(
+    cli: Callable[..., Run], new_path: Callable[..., str], width: int
+) -> None:
+    """19 columns wrapped into slivers of 2-3 characters at 80 and 100 columns."""
+    from streamrepl.commands.replica import REPLICA_LIST
+
+    src, ok, gone = new_path(), new_path("newyork"), new_path("newyork")
+    for path in (src, ok, gone):
+        assert cli("stream", "create", "-path", path).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "t").code == 0
+    for dst in (ok, gone):
+        assert cli("stream", "replica", "add", "-path", src, "-replica", dst, "-paused", "true").code == 0
+    assert cli("stream", "delete", "-path", gone).code == 0  # an ERROR with a long message
+    assert cli("stream", "create", "-path", gone).code == 0
+    rows = cli("stream", "replica", "list", "-path", src, "-json").data()
+    assert [list(r) for r in rows] == [list(REPLICA_LIST.fields)] * 2  # what -columns is checked against
+    lines = _terminal_lines(["stream", "replica", "list", "-path", src], width)
+    assert lines[0].split() == ["replica", "state", "uptodate", "pending", "lagsec", "error"], lines
+    assert len(lines) == 3, lines
+    shown = {line.split()[0]: line.split()[1] for line in lines[1:]}
+    assert shown == {r["replicaPath"]: r["replicaState"].removeprefix("REPLICA_STATE_") for r in rows}, lines
+    assert shown[gone] == "ERROR"
+    error = next(r["lasterror"] for r in rows if r["replicaPath"] == gone)
+    [line] = [line for line in lines if line.startswith(gone)]
+    assert line.endswith("…") and error[:4] in line, line  # cut to fit
+    wide = _terminal_lines(["stream", "replica", "list", "-path", src, "-columns", "all"], width)
+    assert "\n".join(wide).count("networkcompression") == 2  # a record at a time: nothing cut
+    chosen = _terminal_lines(["stream", "replica", "list", "-path", src, "-columns", "replicaPath,uuid"], width)
+    assert chosen[0].split() == ["replica", "uuid"]
+    # what scripts read is unchanged: every field, tab-separated, on a terminal too with -noheader
+    noheader = run_in_terminal(["stream", "replica", "list", "-path", src, "-noheader"], width)
+    assert [len(line.split("\t")) for line in noheader.stdout.splitlines()] == [19, 19], noheader
+
+
+def test_every_wide_listing_fits_an_80_column_terminal(cli: Callable[..., Run], new_path: Callable[..., str]) -> None:
+    src = new_path()
+    assert cli("stream", "create", "-path", src).code == 0
+    assert cli("stream", "topic", "create", "-path", src, "-topic", "clicks-by-region-and-hour").code == 0
+    assert run_proc(["produce", "-path", f"{src}:clicks-by-region-and-hour"], stdin="a\n").code == 0
+    for command, header in [
+        (["stream", "list"], ["path", "topics", "partitions", "replicas", "upstreams"]),
+        (["stream", "topic", "list", "-path", src], ["topic", "partitions", "consumers", "maxlag", "kafkatopic"]),
+        (["stream", "cursor", "list", "-path", src], ["group", "topic", "partition", "produced", "committed"]),
+        (["cluster", "gateway", "list"], ["cluster", "gateway", "host", "partitions", "errors", "lastseen"]),
+    ]:
+        lines = _terminal_lines(command, 80)
+        assert lines[0].split()[: len(header)] == header, (command, lines[0])
+    [row] = _terminal_lines(["stream", "topic", "list", "-path", src], 80)[1:]
+    assert row.startswith("clicks-by-region-and-hour "), row

@@ -4,7 +4,7 @@ process (support.freeze), and setting streams up and comparing them (support.str
 pyproject's pytest `pythonpath = ["tests"]` makes `from support import ...` work in every test module.
 """
 
-from support.cli import STREAMREPL_BIN, Run, one_error_line, run_cli, run_proc, unique_path
+from support.cli import STREAMREPL_BIN, Run, one_error_line, run_cli, run_in_terminal, run_proc, unique_path
 from support.clusters import (
     BROKER,
     BROKER_FIXTURES,
@@ -33,6 +33,7 @@ __all__ = [
     "not_on_noida",
     "one_error_line",
     "run_cli",
+    "run_in_terminal",
     "run_proc",
     "shared_clusters",
     "unique_path",

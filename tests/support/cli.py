@@ -5,7 +5,8 @@ Two runners, one result type (`Run`):
   start), for everything that does not need a process of its own;
 - `run_proc` runs the installed console script as its own OS process: for what only a real process
   shows (librdkafka's writes to fd 2, exit on a signal, a process that must outlive the call, a
-  command run while the test's own process is busy).
+  command run while the test's own process is busy);
+- `run_in_terminal` runs it with its stdout on a pseudo-terminal of a given width: what an operator sees.
 """
 
 from __future__ import annotations
@@ -103,6 +104,45 @@ def run_proc(
         timeout=timeout,
     )
     return Run(p.returncode, p.stdout, p.stderr)
+
+
+def run_in_terminal(args: Sequence[object], columns: int, timeout: float = 60) -> Run:
+    """Run the console script with stdout on a pseudo-terminal `columns` wide (stderr a pipe): stdout as the
+    terminal got it, line ends as `\\n`. $COLUMNS is removed so that the width is the terminal's own."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    p = subprocess.Popen(
+        [STREAMREPL_BIN, *_words(args)], stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env
+    )
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], timeout)
+            if not ready:  # only a guard against a hang
+                p.kill()
+                raise TimeoutError(f"streamrepl {_words(args)} wrote nothing for {timeout} s")
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert p.stderr is not None
+        err = p.stderr.read().decode("utf-8", "backslashreplace")
+        p.wait(timeout)
+    finally:
+        os.close(master)
+        p.stderr.close()  # type: ignore[union-attr]
+    return Run(p.returncode, b"".join(chunks).decode().replace("\r\n", "\n"), err)
 
 
 def unique_path(cluster: str = "sanfrancisco", stem: str = "s") -> str:

@@ -4,8 +4,10 @@ BENCHMARKS.md.
 A reference is a repository path (`streamrepl/replication/quiet.py`, `tests/e2e/test_dr.py`, `bench/run.py`,
 `docs/alerts.yml`), a module named from inside streamrepl/ (`replication/quiet.py`, `kafka/probes.py`,
 `replication/stalls`), a bare file name (`watcher.py`, `DESIGN.md`: some file of the repository has that name),
-a dotted name under a streamrepl package (`streamrepl.kafka.reading.true_ends`: it imports), or a Markdown link
-to a file of the repository, with its #anchor when it has one.
+a dotted name under a streamrepl package (`streamrepl.kafka.reading.true_ends`: it imports), a Markdown link
+to a file of the repository, with its #anchor when it has one, or a section named in words: `README, "TLS"`,
+`docs/operations.md, "A link in ERROR"`, `README section "Install"` (that file has a heading of those words; in
+streamrepl's own messages and docstrings too).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import importlib
 import re
 import subprocess
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -47,6 +50,11 @@ PATH = re.compile(
 )
 DOTTED = re.compile(r"(?<![\w.])streamrepl((?:\.\w+)+)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# A section named in words after its file: `README, "TLS"`, `[brokers.md](brokers.md), "Quirks"`, `x.md section 'Y'`.
+SECTION = re.compile(
+    r"(?<![\w./-])(README(?:\.md)?|[\w./-]*\w\.md)`?(?:\]\([^)\s]*\))?,?\s+(?:section\s+)?"
+    r"(?:\"([^\"\n]+(?:\n[^\"\n]+)?)\"|“([^”\n]+(?:\n[^”\n]+)?)”|'([^'\n]+(?:\n[^'\n]+)?)')"
+)
 
 
 @cache
@@ -106,6 +114,42 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def section_file(name: str, doc: Path) -> Path | None:
+    """The file `name` (as a section reference writes it) is, beside `doc` or from the repository's top."""
+    name = "README.md" if name == "README" else name
+    for base in (doc.parent, ROOT, ROOT / "docs"):
+        if (base / name).is_file():
+            return base / name
+    return None
+
+
+@cache
+def sections(page: Path) -> frozenset[str]:
+    """The slugs of what a reference in words may name on `page`: its headings, and the bold words that open a
+    paragraph (`**A link in ERROR.**`)."""
+    leads = re.findall(r"^\*\*([^*\n]+?)\.?\*\*", page.read_text(encoding="utf-8"), re.M)
+    return frozenset(anchors(page) | {slug(lead) for lead in leads})
+
+
+def names_section(words: str, page: Path) -> bool:
+    """Whether `words` are a section of `page`, or the first words of one (`"Session 12"` for "Session 12: runs of
+    1,000,000 records")."""
+    want = slug(words)
+    return any(s == want or s.startswith(want + "-") for s in sections(page))
+
+
+def broken_sections(text: str, doc: Path, where: Callable[[int], str]) -> list[str]:
+    out = []
+    for m in SECTION.finditer(text):
+        words = " ".join(next(g for g in m.groups()[1:] if g).split())
+        page = section_file(m.group(1), doc)
+        if page is None:
+            out.append(f"{where(m.start())}: section {words!r} of {m.group(1)}: no such file")
+        elif not names_section(words, page):
+            out.append(f"{where(m.start())}: {m.group(1)} has no section {words!r}")
+    return out
+
+
 def broken(doc: Path) -> list[str]:
     text = doc.read_text(encoding="utf-8")
     rel = str(doc.relative_to(ROOT)) if doc.is_relative_to(ROOT) else doc.name
@@ -132,12 +176,23 @@ def broken(doc: Path) -> list[str]:
             out.append(f"{where(m.start())}: link to {target}: no file {file}")
         elif anchor and page.suffix == ".md" and anchor not in anchors(page):
             out.append(f"{where(m.start())}: link to {target}: {file or rel} has no heading #{anchor}")
-    return out
+    return out + broken_sections(text, doc, where)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
 def test_every_file_module_and_link_a_document_names_exists(doc: Path) -> None:
     assert broken(doc) == []
+
+
+SOURCES = sorted((ROOT / "streamrepl").rglob("*.py"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[str(s.relative_to(ROOT)) for s in SOURCES])
+def test_every_section_a_message_or_docstring_names_exists(source: Path) -> None:
+    """`see docs/operations.md, "A link in ERROR"` in an error message sends an operator to a heading of that page."""
+    text = source.read_text(encoding="utf-8")
+    rel = str(source.relative_to(ROOT))
+    assert broken_sections(text, ROOT / "x", lambda pos: f"{rel}:{text.count(chr(10), 0, pos) + 1}") == []
 
 
 def test_the_names_allowed_to_be_missing_are_named_and_missing() -> None:
@@ -175,3 +230,21 @@ def test_a_missing_reference_is_found(tmp_path: Path) -> None:
         "which-gateways-may-serve-a-cluster-cluster-gateway-set"
     )
     assert slug("What a broker does is probed, not declared") == "what-a-broker-does-is-probed-not-declared"
+
+
+def test_a_section_named_in_words_that_is_no_heading_is_found(tmp_path: Path) -> None:
+    """docs/maprcli.md sent readers to README sections "TLS" and "Multi-master: ..." that the README did not have."""
+    (tmp_path / "other.md").write_text(
+        "# Other\n\n## Multi-master: each topic is written on one side\n\n**A link in ERROR.** Text.\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(
+        '# A page\n\nSee other.md, "Multi-master: each topic is written\non one side" and other.md section "TLS",\n'
+        '[other.md](other.md), \'Other\', (gone.md, "Nothing") and README, "No such heading";\n'
+        'other.md, "A link in ERROR" and other.md, "Multi-master" are there\n'
+    )
+    assert sorted(broken_sections(page.read_text(), page, lambda pos: "page.md")) == [
+        "page.md: README has no section 'No such heading'",
+        "page.md: other.md has no section 'TLS'",
+        "page.md: section 'Nothing' of gone.md: no such file",
+    ]

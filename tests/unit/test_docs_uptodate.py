@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ BASH = ROOT / "completions" / "streamrepl.bash"
 ZSH = ROOT / "completions" / "_streamrepl"
 FISH = ROOT / "completions" / "streamrepl.fish"
 PAGES = sorted((ROOT / "man").glob("*.1"))
+TOPIC_COLUMNS = {"topic", "partitions", "consumers", "maxlag", "timestamptype", "kafkatopic"}
 
 
 def test_generated_files_are_up_to_date() -> None:
@@ -66,6 +68,42 @@ def test_bash_completion_completes_commands_options_and_values() -> None:
         "yes",
         "no",
     ]
+
+
+@pytest.mark.parametrize(
+    ("words", "values"),
+    [
+        (["local", "up", "-broker"], {"tansu", "noida"}),
+        (["stream", "create", "-path", "/a/b", "-compression"], {"off", "lz4", "zlib", "snappy", "zstd", "inherit"}),
+        (["stream", "edit", "-defaulttimestamptype"], {"createtime", "logappendtime"}),
+        (["stream", "topic", "create", "-timestamptype"], {"createtime", "logappendtime"}),
+        (["stream", "replica", "add", "-networkcompression"], {"off", "lz4", "zlib", "snappy", "zstd"}),
+        (["gateway", "start", "-loglevel"], {"DEBUG", "INFO", "WARNING", "ERROR"}),
+        (["proxy", "start", "--loglevel"], {"DEBUG", "INFO", "WARNING", "ERROR"}),
+        (["consume", "-offset"], {"earliest", "latest"}),
+        (["produce", "-format"], {"lines", "json"}),
+        (["stream", "topic", "list", "-columns"], {*TOPIC_COLUMNS, "all"}),
+    ],
+)
+def test_bash_completion_offers_the_values_of_an_option_with_a_fixed_set(words: list[str], values: set[str]) -> None:
+    assert set(_complete_bash("streamrepl", *words, "")) == values
+
+
+def test_every_option_that_names_its_values_completes_them() -> None:
+    """An option whose metavar lists words (`off|lz4|zlib`, `tansu|noida`) is completed with them; a number
+    (`N`) beside them stays free."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_docs
+
+    listed = re.compile(r"\[?[A-Za-z]+(\|[A-Za-z]+)+\]?")
+    missing = []
+    for node in gen_docs.nodes(gen_docs.load_tree()):
+        for o in node.options:
+            if o.takes_value and listed.fullmatch(o.metavar):
+                words = {w.lower() for w in o.metavar.strip("[]").split("|")} - {"n"}
+                if not words <= {c.lower() for c in o.choices}:
+                    missing.append(f"{node.words} {o.names[0]} {o.metavar}: completes {o.choices}")
+    assert missing == []
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
@@ -160,3 +198,36 @@ def test_readme_links_to_the_docs_it_names() -> None:
     for doc in ("docs/architecture.md", "docs/maprcli.md"):
         assert f"]({doc})" in readme, doc
         assert (ROOT / doc).is_file(), doc
+
+
+def test_the_index_page_is_generated_and_names_every_other_page() -> None:
+    """`man streamrepl` is the index: man/streamrepl.1 lists every command's page (gen_docs writes it with them)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_docs
+
+    files = gen_docs.generate(gen_docs.load_tree())
+    pages = sorted(name for name in files if name.startswith("man/") and name != "man/streamrepl.1")
+    index = files["man/streamrepl.1"]
+    assert pages and all(f"\\fB{gen_docs.roff(Path(p).stem)}\\fR(1)" in index for p in pages)
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
+def test_man_streamrepl_finds_the_index_beside_a_bin_on_path(tmp_path: Path) -> None:
+    """man looks for pages in ../share/man of every bin directory on $PATH: scripts/setup links .venv/share/man/man1
+    to man/, and an installed package puts the pages in <prefix>/share/man/man1 (pyproject.toml's data-files)."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert data["share/man/man1"] == ["man/*.1"]
+    setup = (ROOT / "scripts" / "setup").read_text()
+    assert "ln -sfn ../../../man .venv/share/man/man1" in setup
+    # what scripts/setup makes, in a prefix of its own
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "share" / "man").mkdir(parents=True)
+    (tmp_path / "share" / "man" / "man1").symlink_to(ROOT / "man")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "80", "LANG": "C.UTF-8"}
+    r = subprocess.run(["man", "streamrepl"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.lstrip().startswith("STREAMREPL(1)") and "streamrepl-stream-replica-list(1)" in r.stdout.replace(
+        "\u2010", "-"
+    )

@@ -237,6 +237,33 @@ def test_an_unknown_top_level_entry_is_an_error(tmp_path: Path) -> None:
     assert "hunter2-planted" not in e.value.message
 
 
+def test_x_prefixed_top_level_entries_are_templates_and_ignored(tmp_path: Path) -> None:
+    """docker-compose's convention: `x-` keys hold YAML anchors for merge keys (`<<: *base`) and are not read."""
+    path = tmp_path / "clusters.yaml"
+    path.write_text(
+        "x-base: &base\n  security.protocol: SASL_SSL\n  sasl.mechanism: SCRAM-SHA-512\n"
+        "x-notes: anything at all, [even, a, list]\n"
+        "clusters:\n  a:\n    <<: *base\n    bootstrap.servers: h:1\n"
+        "  b:\n    <<: *base\n    bootstrap.servers: h:2\n    sasl.mechanism: PLAIN\n"
+    )
+    reg = registry.load(str(path))
+    assert sorted(reg.clusters) == ["a", "b"]
+    assert reg.get("a").properties == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "bootstrap.servers": "h:1",
+    }
+    assert reg.get("b").properties["sasl.mechanism"] == "PLAIN"
+
+
+def test_a_top_level_template_without_the_x_prefix_is_still_refused(tmp_path: Path) -> None:
+    path = tmp_path / "clusters.yaml"
+    path.write_text("base: &base\n  acks: all\nclusters:\n  a:\n    <<: *base\n    bootstrap.servers: h:1\n")
+    with pytest.raises(RegistryError) as e:
+        registry.load(str(path))
+    assert "unknown top-level entry 'base'" in e.value.message and "x-" in e.value.message
+
+
 def test_an_error_quoting_a_registry_secret_shows_it_masked(tmp_path: Path) -> None:
     """A broker's own error text quoted in a command's error may carry the address as written, password and
     all (librdkafka names a broker `[user:password@host:1]:9092/bootstrap`): masked on the way out."""
