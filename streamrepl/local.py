@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -279,13 +280,57 @@ def _remembered_ports(state_dir: Path) -> dict[str, int]:
     return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536}
 
 
+def _remembered_brokers(state_dir: Path) -> dict[str, str]:
+    """The broker each cluster last ran on, kept in PORTS_FILE beside its port ("<cluster>/broker"; files written
+    before it have none), in the order the clusters first ran."""
+    try:
+        raw = json.loads((state_dir / PORTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        k[: -len(_BROKER_KEY)]: v
+        for k, v in raw.items()
+        if k.endswith(_BROKER_KEY) and v in KINDS and _NAME_RE.fullmatch(k[: -len(_BROKER_KEY)])
+    }
+
+
 def _remember_ports(state_dir: Path, brokers: Iterable[LocalBroker]) -> None:
-    ports = _remembered_ports(state_dir)
+    ports: dict[str, int | str] = {**_remembered_ports(state_dir)}
+    for name, broker in _remembered_brokers(state_dir).items():
+        ports[name + _BROKER_KEY] = broker
     for b in brokers:
         ports[b.cluster] = b.port
+        ports[b.cluster + _BROKER_KEY] = b.broker  # no cluster name has a '/'
         if b.tls_port:
-            ports[_tls_key(b.cluster)] = b.tls_port  # no cluster name has a '/'
+            ports[_tls_key(b.cluster)] = b.tls_port
     _atomic_write(state_dir / PORTS_FILE, json.dumps(ports, indent=2) + "\n")
+
+
+_BROKER_KEY = "/broker"
+
+
+def known_clusters(state_dir: Path) -> dict[str, str]:
+    """The clusters a state directory ran, stopped or not, and the broker each ran on: the recorded ones (state.json),
+    then those `down` stopped (PORTS_FILE), then any whose data the directory keeps; in the order they first ran."""
+    known = {name: b.broker for name, b in _load(state_dir).items()}
+    remembered = _remembered_brokers(state_dir)
+    for name in _remembered_ports(state_dir):
+        if "/" not in name and _NAME_RE.fullmatch(name):
+            known.setdefault(name, remembered.get(name) or _kind_for(name, None, None, state_dir).name)
+    for name in _kept_data(state_dir):
+        known.setdefault(name, _kind_for(name, None, None, state_dir).name)
+    return known
+
+
+def _kept_data(state_dir: Path) -> list[str]:
+    """The clusters whose broker data this state directory keeps (noida-db's), by name."""
+    try:
+        dirs = sorted(p for p in (Path(state_dir) / "data").iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [p.name for p in dirs if _NAME_RE.fullmatch(p.name) and any(k.keeps_data(p) for k in KINDS.values())]
 
 
 def _tls_key(cluster: str) -> str:
@@ -370,13 +415,17 @@ def _validate(names: Iterable[str]) -> list[str]:
 
 
 def _kind_for(name: str, old: LocalBroker | None, asked: BrokerKind | None, state_dir: Path) -> BrokerKind:
-    """The broker to (re)start a cluster on: the one asked for; else the one it had, or whose data is here."""
+    """The broker to (re)start a cluster on: the one asked for; else the one it had, or whose data is here, or the one
+    it ran on before `down`; else $STREAMREPL_LOCAL_BROKER's."""
     if asked is not None:
         return asked
     if old is not None:
         return old.kind
     kept = [k for k in KINDS.values() if k.keeps_data(data_dir(state_dir, name))]
-    return kept[0] if kept else kind()
+    if kept:
+        return kept[0]
+    before = _remembered_brokers(state_dir).get(name)
+    return KINDS[before] if before else kind()
 
 
 def up(
@@ -396,8 +445,12 @@ def up(
     With `tls`, each cluster started gets a TLS terminator (stunnel) in front of its broker, a CA and a server
     certificate made in the state directory (local_tls), and the registry names the CA; a cluster that had TLS comes
     back with it.
+
+    Without `clusters`, the clusters the state directory ran (`known_clusters`: after `down` too) come back, each on
+    its own broker; a state directory that ran none starts DEFAULT_CLUSTERS. When the clusters started leave out some
+    whose data the directory keeps, `warn` is told where that data stays and how to bring them back.
     """
-    names = _validate(clusters or DEFAULT_CLUSTERS)
+    names = _validate(clusters) if clusters else []
     settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
     steps = iter(range(1, 1000))
 
@@ -424,6 +477,8 @@ def up(
     with _locked(sd):
         state = _load(sd)
         _stop_unrecorded(sd, state)
+        if not names:
+            names = list(known_clusters(sd)) or list(DEFAULT_CLUSTERS)
         last_ports = _remembered_ports(sd)
         # Ports other clusters have (or come back to) are not given to these; each of these may take its own back.
         ports = {**last_ports, **{n: b.port for n, b in state.items()}}
@@ -526,6 +581,13 @@ def up(
             local_tls.reload_done(sd)
         for message in moved:
             warn(message)
+        left = [name for name in _kept_data(sd) if name not in state]
+        if left:
+            warn(
+                f"the data of local cluster{'s' if len(left) > 1 else ''} {', '.join(left)} stays in {sd / 'data'}"
+                f" (not started; `streamrepl local up -clusters {','.join(left)} -dir {shlex.quote(str(sd))}` brings"
+                f" {'them' if len(left) > 1 else 'it'} back)"
+            )
         return [state[name] for name in names]
 
 
