@@ -338,26 +338,39 @@ def _tls_key(cluster: str) -> str:
 
 
 def _start(
-    broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, log: Path, tls_port: int = 0
+    broker_kind: BrokerKind,
+    cluster: str,
+    port: int,
+    state_dir: Path,
+    log: Path,
+    tls_port: int = 0,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     cmd, env = broker_kind.command(cluster, port, data_dir(state_dir, cluster), tls_port or None)
-    return _spawn(cmd, env, log, f"starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}")
+    what = f"starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}"
+    return _spawn(cmd, env, log, what, die_with_parent)
 
 
-def _start_tunnel(cluster: str, tls_port: int, port: int, state_dir: Path) -> subprocess.Popen[bytes]:
+def _start_tunnel(
+    cluster: str, tls_port: int, port: int, state_dir: Path, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
     cmd = local_tls.tunnel_command(state_dir, cluster, tls_port, port)
     log = state_dir / "logs" / f"{cluster}.tls.log"
-    return _spawn(cmd, dict(os.environ), log, f"starting TLS for {cluster} on 127.0.0.1:{tls_port} to port {port}")
+    what = f"starting TLS for {cluster} on 127.0.0.1:{tls_port} to port {port}"
+    return _spawn(cmd, dict(os.environ), log, what, die_with_parent)
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: list[str], env: dict[str, str], log: Path, what: str, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         out.write(f"--- {stamp} {what}\n".encode())
         out.flush()
-        # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C.
-        return subprocess.Popen(
+        # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C; `die_with_parent` (the
+        # tests' EphemeralClusters) has it killed all the same when this process dies, SIGKILL included.
+        return (popen_dying_with_parent if die_with_parent else subprocess.Popen)(
             cmd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -365,6 +378,74 @@ def _spawn(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subproc
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal(parent: int) -> Callable[[], None]:
+    """A preexec_fn: in the child, before exec, have Linux SIGKILL it when the thread that forked it ends (with its
+    process, in popen_dying_with_parent); if `parent` died already (before prctl), die now. Without libc's prctl (not
+    Linux) the child just runs on."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing is imported or loaded after fork
+    except (OSError, AttributeError):
+        return lambda: None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class _Forker:
+    """One thread that lives as long as the process and forks the children that must die with it: the parent death
+    signal is sent when the *thread* that forked a child ends, so a child forked by a short-lived thread (a test's
+    worker thread entering EphemeralClusters) would be killed with that thread, not with the process."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Any]] = queue.SimpleQueue()
+
+    def run(self, job: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        import concurrent.futures
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            return job()  # the main thread ends with the process
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="streamrepl-forker", daemon=True)
+                self._thread.start()
+        done: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._jobs.put((job, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
+                done.set_exception(e)
+
+
+_FORKER = _Forker()
+
+
+def popen_dying_with_parent(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """subprocess.Popen(cmd, **kwargs), the child killed (SIGKILL) when this process dies, however it dies (Linux's
+    parent death signal; elsewhere it runs on): for the brokers and helpers of a test run, never for `local up`'s."""
+    preexec = _parent_death_signal(os.getpid())
+    return _FORKER.run(lambda: subprocess.Popen(cmd, preexec_fn=preexec, **kwargs))  # noqa: PLW1509 - see _Forker
 
 
 def _wait_ready(
@@ -434,8 +515,12 @@ def up(
     broker: str | None = None,
     warn: Callable[[str], None] = lambda message: None,
     tls: bool = False,
+    die_with_parent: bool = False,
 ) -> list[LocalBroker]:
     """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked.
+
+    The brokers started run on after this process exits (`local up`), unless `die_with_parent` (EphemeralClusters,
+    for a test run): then they are killed when this process dies, even by SIGKILL (popen_dying_with_parent).
 
     `broker` (tansu or noida) is the kind to start; without it a cluster comes back on the broker it had
     or whose data this state directory keeps, and a new one gets $STREAMREPL_LOCAL_BROKER's. A cluster that ran
@@ -515,7 +600,9 @@ def up(
                             " `streamrepl local down`, then `local up -tls`"
                         )
                     if old.tls_port and not _tunnel_is_ours(old, sd):
-                        restarted = _start_tunnel(name, old.tls_port, old.port, sd)  # its TLS terminator died
+                        restarted = _start_tunnel(
+                            name, old.tls_port, old.port, sd, die_with_parent
+                        )  # its TLS terminator died
                         tunnels.append(restarted)
                         state[name] = dataclasses.replace(old, tunnel_pid=restarted.pid)
                         started_one(state[name])
@@ -542,12 +629,12 @@ def up(
                             f" dial {prefer}"
                         )
                 log = sd / "logs" / f"{name}.log"
-                proc = _start(broker_kind, name, port, sd, log, tls_port)
+                proc = _start(broker_kind, name, port, sd, log, tls_port, die_with_parent)
                 new = LocalBroker(name, port, proc.pid, str(log), broker_kind.name, tls_port)
                 started.append((proc, new, None))
                 started_one(new)
                 if tls_port:
-                    terminator = _start_tunnel(name, tls_port, port, sd)
+                    terminator = _start_tunnel(name, tls_port, port, sd, die_with_parent)
                     new = dataclasses.replace(new, tunnel_pid=terminator.pid)
                     started[-1] = (proc, new, terminator)
                     started_one(new)
@@ -708,7 +795,8 @@ def thaw(cluster: str, state_dir: Path | None = None) -> None:
 
 
 class EphemeralClusters:
-    """Brokers in a private state directory for one test; everything is stopped on exit."""
+    """Brokers in a private state directory for one test; everything is stopped on exit, and killed when this process
+    dies without getting there (SIGKILL, an unhandled SIGTERM): no broker outlives the test run that started it."""
 
     def __init__(
         self,
@@ -730,7 +818,8 @@ class EphemeralClusters:
 
     def __enter__(self) -> EphemeralClusters:
         try:
-            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir, self.broker, tls=self.tls)}
+            brokers = up(self.clusters, self.state_dir, self.broker, tls=self.tls, die_with_parent=True)
+            self.brokers = {b.cluster: b for b in brokers}
         except BaseException:
             self._cleanup()
             raise

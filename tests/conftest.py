@@ -19,6 +19,12 @@ from support import Run, run_cli, shared_clusters, unique_path
 from streamrepl.local import EphemeralClusters
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # No process outlives the run (support/runguard.py); not twice when `-p support.runguard` loaded it already.
+    if not config.pluginmanager.has_plugin("support.runguard"):
+        config.pluginmanager.import_plugin("support.runguard")
+
+
 @pytest.fixture(scope="session")
 def clusters() -> Iterator[EphemeralClusters]:
     """Two embedded brokers for the whole session; $STREAMREPL_CLUSTERS names their registry."""
