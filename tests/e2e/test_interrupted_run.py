@@ -63,11 +63,14 @@ PROGRAM = textwrap.dedent(
     from pathlib import Path
     from streamrepl import local
 
-    out = Path(sys.argv[1])
-    with local.EphemeralClusters(["a", "b"]) as ec:
-        # Entered by a thread that ends at once: its broker must live on as long as this process does.
+    out, dirs = Path(sys.argv[1]), Path(sys.argv[2])  # state directories in the test's tmp_path: removed by pytest
+    with local.EphemeralClusters(["a", "b"], state_dir=dirs / "ab") as ec:
+        # Entered by a thread that ends at once, and never left: its broker lives on as long as this process does,
+        # and no longer.
         box = []
-        worker = threading.Thread(target=lambda: box.append(local.EphemeralClusters(["c"]).__enter__()))
+        worker = threading.Thread(
+            target=lambda: box.append(local.EphemeralClusters(["c"], state_dir=dirs / "c").__enter__())
+        )
         worker.start()
         worker.join()
         time.sleep(0.5)
@@ -81,7 +84,7 @@ PROGRAM = textwrap.dedent(
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_brokers_of_ephemeral_clusters_die_with_their_process(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "pids.json"
-    proc = subprocess.Popen([sys.executable, "-c", PROGRAM, str(out)], text=True)
+    proc = subprocess.Popen([sys.executable, "-c", PROGRAM, str(out), str(tmp_path)], text=True)
     try:
         pids = _wait_for(out, proc)["pids"]
         assert len(pids) == 3 and all(alive(p) for p in pids), "a broker entered by an ended thread died with it"
@@ -100,7 +103,7 @@ INNER_TEST = textwrap.dedent(
     from streamrepl import local
 
     def test_killed_while_running(tmp_path):
-        with local.EphemeralClusters(["a"]) as ec:
+        with local.EphemeralClusters(["a"], state_dir=tmp_path / "ec") as ec:
             # Brokers the run started through the CLI (they outlive `local up` itself) and a helper process.
             sd = tmp_path / "up"
             subprocess.run([os.environ["STREAMREPL_BIN"], "local", "up", "-clusters", "b", "-dir", str(sd)],
