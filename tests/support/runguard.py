@@ -93,7 +93,8 @@ class RunGuard:
                 os.close(read_end)
             os.environ[REAPER_VAR] = str(self.reaper.pid)
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, self._interrupt)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # a run under nohup goes on when its terminal goes
+                signal.signal(sig, self._interrupt)
 
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         # As Ctrl-C: pytest stops the run, tears the fixtures down and reports; a second signal interrupts that.
