@@ -230,7 +230,7 @@ complete -c streamrepl -n '__streamrepl_at \'local status\'' -o json -l json -d 
 complete -c streamrepl -n '__streamrepl_at \'local status\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl local up
-complete -c streamrepl -n '__streamrepl_at \'local up\'' -o clusters -l clusters -x -d 'Comma-separated cluster names, one broker each.'
+complete -c streamrepl -n '__streamrepl_at \'local up\'' -o clusters -l clusters -x -d 'Comma-separated cluster names, one broker each. Default: the clusters DIR ran before (also after `local down`), each on its own broker; sanfrancisco,newyork in a new DIR.'
 complete -c streamrepl -n '__streamrepl_at \'local up\'' -o dir -l dir -r -F -d 'State directory (default: $STREAMREPL_LOCAL_DIR or ~/.local/state/streamrepl/local).'
 complete -c streamrepl -n '__streamrepl_at \'local up\'' -o broker -l broker -x -a 'tansu noida' -d 'The broker to start: tansu (memory only) or noida (noida-db, keeps its data in DIR/data). Default: $STREAMREPL_LOCAL_BROKER or tansu; a cluster recorded in DIR, or whose data DIR keeps, comes back on its own broker.'
 complete -c streamrepl -n '__streamrepl_at \'local up\'' -o tls -l tls -x -a 'true false yes no' -d 'Put a TLS terminator (stunnel) in front of each broker started (tansu only): a CA and a server certificate are made in DIR/tls, and the registry gets security.protocol SSL and ssl.ca.location.'

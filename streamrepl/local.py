@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -279,13 +280,57 @@ def _remembered_ports(state_dir: Path) -> dict[str, int]:
     return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536}
 
 
+def _remembered_brokers(state_dir: Path) -> dict[str, str]:
+    """The broker each cluster last ran on, kept in PORTS_FILE beside its port ("<cluster>/broker"; files written
+    before it have none), in the order the clusters first ran."""
+    try:
+        raw = json.loads((state_dir / PORTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        k[: -len(_BROKER_KEY)]: v
+        for k, v in raw.items()
+        if k.endswith(_BROKER_KEY) and v in KINDS and _NAME_RE.fullmatch(k[: -len(_BROKER_KEY)])
+    }
+
+
 def _remember_ports(state_dir: Path, brokers: Iterable[LocalBroker]) -> None:
-    ports = _remembered_ports(state_dir)
+    ports: dict[str, int | str] = {**_remembered_ports(state_dir)}
+    for name, broker in _remembered_brokers(state_dir).items():
+        ports[name + _BROKER_KEY] = broker
     for b in brokers:
         ports[b.cluster] = b.port
+        ports[b.cluster + _BROKER_KEY] = b.broker  # no cluster name has a '/'
         if b.tls_port:
-            ports[_tls_key(b.cluster)] = b.tls_port  # no cluster name has a '/'
+            ports[_tls_key(b.cluster)] = b.tls_port
     _atomic_write(state_dir / PORTS_FILE, json.dumps(ports, indent=2) + "\n")
+
+
+_BROKER_KEY = "/broker"
+
+
+def known_clusters(state_dir: Path) -> dict[str, str]:
+    """The clusters a state directory ran, stopped or not, and the broker each ran on: the recorded ones (state.json),
+    then those `down` stopped (PORTS_FILE), then any whose data the directory keeps; in the order they first ran."""
+    known = {name: b.broker for name, b in _load(state_dir).items()}
+    remembered = _remembered_brokers(state_dir)
+    for name in _remembered_ports(state_dir):
+        if "/" not in name and _NAME_RE.fullmatch(name):
+            known.setdefault(name, remembered.get(name) or _kind_for(name, None, None, state_dir).name)
+    for name in _kept_data(state_dir):
+        known.setdefault(name, _kind_for(name, None, None, state_dir).name)
+    return known
+
+
+def _kept_data(state_dir: Path) -> list[str]:
+    """The clusters whose broker data this state directory keeps (noida-db's), by name."""
+    try:
+        dirs = sorted(p for p in (Path(state_dir) / "data").iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [p.name for p in dirs if _NAME_RE.fullmatch(p.name) and any(k.keeps_data(p) for k in KINDS.values())]
 
 
 def _tls_key(cluster: str) -> str:
@@ -293,26 +338,39 @@ def _tls_key(cluster: str) -> str:
 
 
 def _start(
-    broker_kind: BrokerKind, cluster: str, port: int, state_dir: Path, log: Path, tls_port: int = 0
+    broker_kind: BrokerKind,
+    cluster: str,
+    port: int,
+    state_dir: Path,
+    log: Path,
+    tls_port: int = 0,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     cmd, env = broker_kind.command(cluster, port, data_dir(state_dir, cluster), tls_port or None)
-    return _spawn(cmd, env, log, f"starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}")
+    what = f"starting {cluster} ({broker_kind.name}) on 127.0.0.1:{port}"
+    return _spawn(cmd, env, log, what, die_with_parent)
 
 
-def _start_tunnel(cluster: str, tls_port: int, port: int, state_dir: Path) -> subprocess.Popen[bytes]:
+def _start_tunnel(
+    cluster: str, tls_port: int, port: int, state_dir: Path, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
     cmd = local_tls.tunnel_command(state_dir, cluster, tls_port, port)
     log = state_dir / "logs" / f"{cluster}.tls.log"
-    return _spawn(cmd, dict(os.environ), log, f"starting TLS for {cluster} on 127.0.0.1:{tls_port} to port {port}")
+    what = f"starting TLS for {cluster} on 127.0.0.1:{tls_port} to port {port}"
+    return _spawn(cmd, dict(os.environ), log, what, die_with_parent)
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: list[str], env: dict[str, str], log: Path, what: str, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         out.write(f"--- {stamp} {what}\n".encode())
         out.flush()
-        # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C.
-        return subprocess.Popen(
+        # A new session keeps the broker alive after the CLI exits and out of its Ctrl-C; `die_with_parent` (the
+        # tests' EphemeralClusters) has it killed all the same when this process dies, SIGKILL included.
+        return (popen_dying_with_parent if die_with_parent else subprocess.Popen)(
             cmd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -320,6 +378,74 @@ def _spawn(cmd: list[str], env: dict[str, str], log: Path, what: str) -> subproc
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal(parent: int) -> Callable[[], None]:
+    """A preexec_fn: in the child, before exec, have Linux SIGKILL it when the thread that forked it ends (with its
+    process, in popen_dying_with_parent); if `parent` died already (before prctl), die now. Without libc's prctl (not
+    Linux) the child just runs on."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing is imported or loaded after fork
+    except (OSError, AttributeError):
+        return lambda: None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class _Forker:
+    """One thread that lives as long as the process and forks the children that must die with it: the parent death
+    signal is sent when the *thread* that forked a child ends, so a child forked by a short-lived thread (a test's
+    worker thread entering EphemeralClusters) would be killed with that thread, not with the process."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Any]] = queue.SimpleQueue()
+
+    def run(self, job: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        import concurrent.futures
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            return job()  # the main thread ends with the process
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="streamrepl-forker", daemon=True)
+                self._thread.start()
+        done: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._jobs.put((job, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
+                done.set_exception(e)
+
+
+_FORKER = _Forker()
+
+
+def popen_dying_with_parent(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """subprocess.Popen(cmd, **kwargs), the child killed (SIGKILL) when this process dies, however it dies (Linux's
+    parent death signal; elsewhere it runs on): for the brokers and helpers of a test run, never for `local up`'s."""
+    preexec = _parent_death_signal(os.getpid())
+    return _FORKER.run(lambda: subprocess.Popen(cmd, preexec_fn=preexec, **kwargs))  # noqa: PLW1509 - see _Forker
 
 
 def _wait_ready(
@@ -370,13 +496,17 @@ def _validate(names: Iterable[str]) -> list[str]:
 
 
 def _kind_for(name: str, old: LocalBroker | None, asked: BrokerKind | None, state_dir: Path) -> BrokerKind:
-    """The broker to (re)start a cluster on: the one asked for; else the one it had, or whose data is here."""
+    """The broker to (re)start a cluster on: the one asked for; else the one it had, or whose data is here, or the one
+    it ran on before `down`; else $STREAMREPL_LOCAL_BROKER's."""
     if asked is not None:
         return asked
     if old is not None:
         return old.kind
     kept = [k for k in KINDS.values() if k.keeps_data(data_dir(state_dir, name))]
-    return kept[0] if kept else kind()
+    if kept:
+        return kept[0]
+    before = _remembered_brokers(state_dir).get(name)
+    return KINDS[before] if before else kind()
 
 
 def up(
@@ -385,8 +515,12 @@ def up(
     broker: str | None = None,
     warn: Callable[[str], None] = lambda message: None,
     tls: bool = False,
+    die_with_parent: bool = False,
 ) -> list[LocalBroker]:
     """Start (or reuse) one broker per cluster and write the registry; returns them in the order asked.
+
+    The brokers started run on after this process exits (`local up`), unless `die_with_parent` (EphemeralClusters,
+    for a test run): then they are killed when this process dies, even by SIGKILL (popen_dying_with_parent).
 
     `broker` (tansu or noida) is the kind to start; without it a cluster comes back on the broker it had
     or whose data this state directory keeps, and a new one gets $STREAMREPL_LOCAL_BROKER's. A cluster that ran
@@ -396,8 +530,12 @@ def up(
     With `tls`, each cluster started gets a TLS terminator (stunnel) in front of its broker, a CA and a server
     certificate made in the state directory (local_tls), and the registry names the CA; a cluster that had TLS comes
     back with it.
+
+    Without `clusters`, the clusters the state directory ran (`known_clusters`: after `down` too) come back, each on
+    its own broker; a state directory that ran none starts DEFAULT_CLUSTERS. When the clusters started leave out some
+    whose data the directory keeps, `warn` is told where that data stays and how to bring them back.
     """
-    names = _validate(clusters or DEFAULT_CLUSTERS)
+    names = _validate(clusters) if clusters else []
     settings.crash_after_step()  # a bad value of the test hook is refused before anything, not after step 1
     steps = iter(range(1, 1000))
 
@@ -424,6 +562,8 @@ def up(
     with _locked(sd):
         state = _load(sd)
         _stop_unrecorded(sd, state)
+        if not names:
+            names = list(known_clusters(sd)) or list(DEFAULT_CLUSTERS)
         last_ports = _remembered_ports(sd)
         # Ports other clusters have (or come back to) are not given to these; each of these may take its own back.
         ports = {**last_ports, **{n: b.port for n, b in state.items()}}
@@ -460,7 +600,9 @@ def up(
                             " `streamrepl local down`, then `local up -tls`"
                         )
                     if old.tls_port and not _tunnel_is_ours(old, sd):
-                        restarted = _start_tunnel(name, old.tls_port, old.port, sd)  # its TLS terminator died
+                        restarted = _start_tunnel(
+                            name, old.tls_port, old.port, sd, die_with_parent
+                        )  # its TLS terminator died
                         tunnels.append(restarted)
                         state[name] = dataclasses.replace(old, tunnel_pid=restarted.pid)
                         started_one(state[name])
@@ -487,12 +629,12 @@ def up(
                             f" dial {prefer}"
                         )
                 log = sd / "logs" / f"{name}.log"
-                proc = _start(broker_kind, name, port, sd, log, tls_port)
+                proc = _start(broker_kind, name, port, sd, log, tls_port, die_with_parent)
                 new = LocalBroker(name, port, proc.pid, str(log), broker_kind.name, tls_port)
                 started.append((proc, new, None))
                 started_one(new)
                 if tls_port:
-                    terminator = _start_tunnel(name, tls_port, port, sd)
+                    terminator = _start_tunnel(name, tls_port, port, sd, die_with_parent)
                     new = dataclasses.replace(new, tunnel_pid=terminator.pid)
                     started[-1] = (proc, new, terminator)
                     started_one(new)
@@ -526,6 +668,13 @@ def up(
             local_tls.reload_done(sd)
         for message in moved:
             warn(message)
+        left = [name for name in _kept_data(sd) if name not in state]
+        if left:
+            warn(
+                f"the data of local cluster{'s' if len(left) > 1 else ''} {', '.join(left)} stays in {sd / 'data'}"
+                f" (not started; `streamrepl local up -clusters {','.join(left)} -dir {shlex.quote(str(sd))}` brings"
+                f" {'them' if len(left) > 1 else 'it'} back)"
+            )
         return [state[name] for name in names]
 
 
@@ -646,7 +795,8 @@ def thaw(cluster: str, state_dir: Path | None = None) -> None:
 
 
 class EphemeralClusters:
-    """Brokers in a private state directory for one test; everything is stopped on exit."""
+    """Brokers in a private state directory for one test; everything is stopped on exit, and killed when this process
+    dies without getting there (SIGKILL, an unhandled SIGTERM): no broker outlives the test run that started it."""
 
     def __init__(
         self,
@@ -668,7 +818,8 @@ class EphemeralClusters:
 
     def __enter__(self) -> EphemeralClusters:
         try:
-            self.brokers = {b.cluster: b for b in up(self.clusters, self.state_dir, self.broker, tls=self.tls)}
+            brokers = up(self.clusters, self.state_dir, self.broker, tls=self.tls, die_with_parent=True)
+            self.brokers = {b.cluster: b for b in brokers}
         except BaseException:
             self._cleanup()
             raise

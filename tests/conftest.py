@@ -19,6 +19,14 @@ from support import Run, run_cli, shared_clusters, unique_path
 from streamrepl.local import EphemeralClusters
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # No process outlives the run (support/runguard.py), and a line per test file says where the run is and how long
+    # it should take (support/progress.py); each once, also when `-p support.<name>` loaded it already.
+    for plugin in ("support.runguard", "support.progress"):
+        if not config.pluginmanager.has_plugin(plugin):
+            config.pluginmanager.import_plugin(plugin)
+
+
 @pytest.fixture(scope="session")
 def clusters() -> Iterator[EphemeralClusters]:
     """Two embedded brokers for the whole session; $STREAMREPL_CLUSTERS names their registry."""

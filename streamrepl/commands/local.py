@@ -32,9 +32,8 @@ def _dir(d: str | None) -> Path:
 @opt(
     "clusters",
     metavar="A,B",
-    default="sanfrancisco,newyork",
-    show_default=True,
-    help="Comma-separated cluster names, one broker each.",
+    help="Comma-separated cluster names, one broker each. Default: the clusters DIR ran before (also after"
+    " `local down`), each on its own broker; sanfrancisco,newyork in a new DIR.",
 )
 @opt(
     "dir",
@@ -58,9 +57,11 @@ def _dir(d: str | None) -> Path:
     " certificate are made in DIR/tls, and the registry gets security.protocol SSL and ssl.ca.location.",
 )
 @handles_errors(registry_option=False)
-def up_cmd(clusters: str, dir: str | None, broker: str | None, tls: bool) -> None:
+def up_cmd(clusters: str | None, dir: str | None, broker: str | None, tls: bool) -> None:
     """Start one broker per cluster (or reuse the running ones) and write their registry.
 
+    Without -clusters, the clusters DIR ran before come back (a new DIR starts sanfrancisco and newyork); with it,
+    the noida-db data of the clusters left out stays in DIR/data, and a warning says so.
     A cluster comes back on the port it last ran on, also after `local down`, so that running gateways and
     configs find it again; when another program holds that port, it gets a new one and a warning says so.
     With -tls true the port is the TLS terminator's, which the broker advertises; a cluster that had TLS comes
@@ -71,8 +72,8 @@ def up_cmd(clusters: str, dir: str | None, broker: str | None, tls: bool) -> Non
     """
     from .. import local as embedded
 
-    names = [n.strip() for n in clusters.split(",") if n.strip()]
-    if not names:
+    names = [n.strip() for n in (clusters or "").split(",") if n.strip()]
+    if clusters is not None and not names:
         raise InvalidArgument(f"-clusters '{clusters}' names no cluster; give names such as sanfrancisco,newyork")
     brokers = embedded.up(names, _dir(dir), broker, warn=lambda m: click.echo(f"warning: {m}", err=True), tls=tls)
     reg = embedded.registry_path(_dir(dir))

@@ -196,3 +196,35 @@ def test_a_gateway_running_across_down_and_up_replicates_again_on_noida(state_di
         t = tally(bs["sf"], sp(src), uuid_of(reg, src), bs["ny"], sp(dst), {"t": 2})
         assert t.ok and t.records == 200, t
         wait_until(lambda: caught_up(reg, src), 60, "replica list to say the replica is up to date")
+
+
+def test_up_without_names_brings_back_the_clusters_the_directory_knew(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local up -dir D` after `local down -dir D` brings back D's own clusters (names and broker), not the default
+    pair: a registry without the user's clusters, and their data left behind unsaid, was the finding."""
+    monkeypatch.setenv("STREAMREPL_LOCAL_BROKER", "noida")  # the kinds come from D, not from the variable
+    _ok(run_cli("local", "up", "-clusters", "east,west", "-broker", "noida", "-dir", state_dir))
+    _ok(run_cli("local", "up", "-clusters", "lab", "-broker", "tansu", "-dir", state_dir))
+    path = f"/east/kept-{uuid.uuid4().hex[:6]}"
+    _streamrepl(state_dir, "stream", "create", "-path", path)
+    _ok(run_cli("local", "down", "-dir", state_dir))
+
+    again = json.loads(_ok(run_cli("local", "up", "-dir", state_dir, "-json")).stdout)["data"]
+    assert [(r["cluster"], r["broker"]) for r in again] == [("east", "noida"), ("west", "noida"), ("lab", "tansu")]
+    registry = yaml.safe_load(local.registry_path(state_dir).read_text())
+    assert list(registry["clusters"]) == ["east", "west", "lab"] and registry["default"] == "east"
+    assert [r["path"] for r in _data(_streamrepl(state_dir, "stream", "info", "-path", path, "-json"))] == [path]
+
+
+def test_up_of_other_clusters_says_which_data_it_leaves(state_dir: Path) -> None:
+    """Clusters named on the command line are the ones started; the noida-db data of the others is left where it
+    is, and `up` says so (and how to bring them back) instead of leaving it unsaid."""
+    _ok(run_cli("local", "up", "-clusters", "east,west", "-broker", "noida", "-dir", state_dir))
+    _ok(run_cli("local", "down", "-dir", state_dir))
+    run = _ok(run_cli("local", "up", "-clusters", "lab", "-broker", "tansu", "-dir", state_dir))
+    registry = yaml.safe_load(local.registry_path(state_dir).read_text())
+    assert list(registry["clusters"]) == ["lab"]
+    warning = " ".join(run.stderr.split())
+    assert "east, west" in warning and str(local.data_dir(state_dir, "east").parent) in warning, run.stderr
+    assert "local up -clusters east,west" in warning, run.stderr

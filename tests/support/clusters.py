@@ -93,7 +93,7 @@ def crash_broker(ec: EphemeralClusters, name: str, down_seconds: float = 1.0) ->
     kill_broker(ec, name)
     time.sleep(down_seconds)
     with open(broker.log, "ab") as log:
-        proc = subprocess.Popen(
+        proc = local.popen_dying_with_parent(  # as EphemeralClusters' own: dies with the test run
             [a.decode() for a in argv],
             stdin=subprocess.DEVNULL,
             stdout=log,
