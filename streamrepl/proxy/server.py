@@ -4,7 +4,9 @@ A client connection is paired with one connection to a broker: the bootstrap por
 cluster, a broker port's with that broker. Requests go to the broker as they came; responses come back as they came,
 in the order of their requests (as the broker sends them), except the few that name brokers (wire.REWRITTEN, and
 ApiVersions, which caps versions): those are decoded, made to name the proxy's ports, and encoded again. A broker
-named for the first time gets its port before its name reaches the client.
+named for the first time gets its port before its name reaches the client. A Produce to a stream with a synchronous
+replica has its response held, in line, until the replica holds its records (holds.py, sync.py): the responses after
+it on that connection wait with it, so that their order is kept.
 
 SASL passes through: the client authenticates to the broker itself (with SaslHandshake v0 the tokens that follow go
 unframed: PLAIN and SCRAM are passed as such, other mechanisms need SaslAuthenticate, which every current client

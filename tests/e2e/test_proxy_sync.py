@@ -3,7 +3,7 @@
 acknowledgement comes (read right after each one, with a gateway running); a stream without a synchronous replica is
 not held (its acknowledgements come while no gateway runs); with the gateway stopped the synchronous link falls back
 (metrics) and comes back once a gateway runs again. The hold logic itself is unit-tested with a fake clock
-(tests/unit/test_proxy_sync.py)."""
+(tests/unit/test_proxy_holds.py)."""
 
 from __future__ import annotations
 
@@ -140,6 +140,12 @@ def _link(pair: Pair) -> str:
     return f"{pair.source}->{pair.replica}"
 
 
+def _replica_list_fallback(s: Setup) -> str:
+    (row,) = replicas.list_replicas(s.reg, str(s.sync.source))
+    assert row["synchronous"]
+    return str(row["syncFallback"])
+
+
 def test_confluent_kafka_acks_come_once_the_replica_holds_the_records(setup: Setup) -> None:
     from confluent_kafka import Producer
 
@@ -233,6 +239,11 @@ def test_a_synchronous_stream_falls_back_without_a_gateway_and_comes_back(setup:
     assert producer.flush(60) == 0  # answered: the link fell back (after -syncstall without progress)
     assert _metric(setup, "streamrepl_proxy_link_synchronous", link=link) == 0
     assert _metric(setup, "streamrepl_proxy_link_fallbacks_total", link=link) >= 1
+    deadline = time.monotonic() + 60
+    while not (fallback := _replica_list_fallback(setup)):  # the proxy reports it to the status topic
+        assert time.monotonic() < deadline, "replica list does not show the fallback"
+        time.sleep(0.5)
+    assert "asynchronous since" in fallback and "no progress" in fallback, fallback
     producer.produce(setup.sync.source_topic, b"async", partition=0)
     assert producer.flush(60) == 0
 
@@ -242,6 +253,9 @@ def test_a_synchronous_stream_falls_back_without_a_gateway_and_comes_back(setup:
         assert time.monotonic() < deadline, "the link did not come back once the gateway ran again"
         time.sleep(0.5)
     assert _metric(setup, "streamrepl_proxy_link_recoveries_total", link=link) >= 1
+    while _replica_list_fallback(setup):
+        assert time.monotonic() < deadline, "replica list still shows the fallback"
+        time.sleep(0.5)
     end = ReplicaEnd(setup.reg, setup.sync)
     try:
         got: list[int] = []
