@@ -117,6 +117,7 @@ class Holds:
         for key in [k for k in self._links if k not in wanted]:
             link, close = self._links.pop(key)
             self.stats.links.pop(link.name, None)
+            link.release()
             close()
         by_source: dict[str, list[SyncLink]] = {}
         for key, target in wanted.items():

@@ -178,6 +178,11 @@ class SyncLink:
         if self.on_change is not None:
             self.on_change(self)
 
+    def release(self) -> None:
+        """Answer every hold now, unconfirmed: the replica is no longer synchronous (or no longer this stream's)."""
+        for w in list(self.waiters):
+            self._finish(w, ASYNC)
+
     async def recheck(self) -> bool:
         """When asynchronous and `recheck` seconds passed since the last check: whether the replica now holds every
         record written through the proxy, and if so synchronous again. Whether the link is synchronous."""
