@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..paths import StreamPath, from_kafka_topic_name
+from ..paths import StreamPath, from_kafka_topic_name, kafka_topic_name
 from .sync import EndReader, HoldStats, Key, Limits, SyncLink, hold_all
 
 log = logging.getLogger("streamrepl.proxy")
@@ -39,6 +39,11 @@ class Target:
     replica: str
     replica_stream: StreamPath
     replica_cluster: Any  # registry.Cluster
+
+    @property
+    def source_stream(self) -> StreamPath:
+        cluster, _, path = self.source.lstrip("/").partition("/")
+        return StreamPath(cluster, "/" + path)
 
 
 def report_key(proxy_id: str, link: SyncLink) -> str:
@@ -72,12 +77,18 @@ class Holds:
         self.by_source: dict[str, list[SyncLink]] = {}
         self._links: dict[tuple[str, str], tuple[SyncLink, Callable[[], None]]] = {}
         self._changed = False
+        self._prefixes: list[bytes] = []
 
     # -- what is held ----------------------------------------------------------------------------
     @property
     def active(self) -> bool:
         """Whether any stream of the cluster has a synchronous replica (else no Produce is even decoded)."""
         return bool(self.by_source)
+
+    def may_hold(self, frame: bytes) -> bool:
+        """Whether a Produce request may write a topic of a stream with a synchronous replica: the Kafka topic name
+        prefix of one such stream is in its bytes (a search at memory speed; only then is the request decoded)."""
+        return any(prefix in frame for prefix in self._prefixes)
 
     def links_of(self, kafka_topic: str) -> tuple[str, list[SyncLink]] | None:
         """(stream topic, the links a Produce to `kafka_topic` waits for), or None when it waits for none."""
@@ -138,6 +149,9 @@ class Holds:
                 log.info("Produces to %s are held until replica %s holds them", target.source, target.replica)
             by_source.setdefault(target.source, []).append(self._links[key][0])
         self.by_source = by_source
+        self._prefixes = [
+            kafka_topic_name(t.source_stream, "x")[:-1].encode() for ts in targets.values() for t in ts if t.source
+        ]
 
     def _on_change(self, _link: SyncLink) -> None:
         self._changed = True
@@ -217,6 +231,7 @@ class Holds:
             close()
         self._links.clear()
         self.by_source = {}
+        self._prefixes = []
 
 
 # -- the real collaborators: the metadata store, the replica's ends, the status topic --------------------------------

@@ -198,6 +198,8 @@ class Connection:
         """Mark a Produce whose response waits for synchronous replicas: the records it writes to their topics."""
         holds = self.proxy.holds
         assert holds is not None and entry.head is not None
+        if not holds.may_hold(frame):
+            return  # no topic of a synchronous stream in it: not even decoded
         try:
             counts = wire.produce_counts(frame, entry.head)
         except Exception as e:  # noqa: BLE001 - a request the library cannot read is passed, not held

@@ -188,6 +188,9 @@ def test_only_topics_of_a_stream_with_a_synchronous_replica_are_held() -> None:
         sync_kt, plain_kt = kafka_topic_name(SYNC_STREAM, "orders"), kafka_topic_name(PLAIN_STREAM, "orders")
         assert holds.active and holds.links_of(sync_kt) is not None
         assert holds.links_of(plain_kt) is None and holds.links_of("not-a-stream-topic") is None
+        # a Produce request is decoded only when a synchronous stream's topic prefix is in its bytes
+        assert holds.may_hold(b"\x00\x10" + sync_kt.encode() + b"\x00records")
+        assert not holds.may_hold(b"\x00\x10" + plain_kt.encode() + b"\x00records")
 
         assert await holds.hold({(plain_kt, 0): 100, ("other", 0): 5}, deadline=30)
         assert clock.now == 0 and replica.questions == 0 and holds.stats.held == 0  # not held up at all
