@@ -168,7 +168,8 @@ class Holds:
         for link, _ in list(self._links.values()):
             await link.recheck()
 
-    def reports(self) -> list[tuple[str, dict[str, Any]]]:
+    def reports(self, stopped: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        """This proxy's report of each link (`stopped`: its last, which `replica list` and the other proxies skip)."""
         now_ms = int(self.wall() * 1000)
         out = []
         for link, _ in self._links.values():
@@ -183,6 +184,7 @@ class Holds:
                 "fallbacks": s.fallbacks,
                 "recoveries": s.recoveries,
                 "updated": now_ms,
+                "stopped": stopped,
             }
             out.append((report_key(self.proxy_id, link), body))
         return out
@@ -225,6 +227,14 @@ class Holds:
                 self.follow_others(await asyncio.to_thread(self.read_reports))
             except Exception as e:  # noqa: BLE001
                 log.debug("cannot read the other proxies' reports: %s", e)
+
+    async def report_stopped(self) -> None:
+        """Say that this proxy's links are no longer answered by it (at a drain's end): its fallbacks stop showing."""
+        if self.publish is not None and self._links:
+            try:
+                await asyncio.to_thread(self.publish, self.reports(stopped=True))
+            except Exception as e:  # noqa: BLE001 - the reports expire on their own (statustopic.LIVE_SECONDS)
+                log.warning("cannot report the proxy's stop to the status topic: %s", e)
 
     def close(self) -> None:
         for _, close in self._links.values():

@@ -131,10 +131,6 @@ async def _run(
 ) -> None:
     stats = ProxyStats(cluster.name, holds=holds.stats if holds is not None else None)
     proxy = Proxy(cluster.name, upstream, listen, stats, holds)
-    holding: asyncio.Task[None] | None = None
-    if holds is not None:
-        await holds.refresh()  # before the first Produce: a stream's synchronous replica is known from the start
-        holding = asyncio.create_task(holds.run())
     try:
         await proxy.start()
     except OSError as e:
@@ -142,6 +138,11 @@ async def _run(
             f"cannot listen on {listen.listen}: {e.strerror or e}; pick another -listen address or port"
         ) from None
     server = MetricsServer(stats, *metrics) if metrics is not None else None
+    holding: asyncio.Task[None] | None = None
+    if holds is not None:
+        # Before the proxy says where it listens: a stream's synchronous replica is known from the first Produce.
+        await holds.refresh()
+        holding = asyncio.create_task(holds.run())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, proxy.request_stop)
@@ -160,6 +161,7 @@ async def _run(
         if holding is not None:
             holding.cancel()
         if holds is not None:
+            await holds.report_stopped()
             holds.close()
         if server is not None:
             server.close()

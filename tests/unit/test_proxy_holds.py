@@ -234,9 +234,11 @@ def test_the_fallback_of_another_proxy_is_followed_when_newer_than_this_ones_las
         holds.follow_others({"a": report("p1", "async", now_ms + 1)})  # its own report
         holds.follow_others({"b": report("p2", "async", link.state.since_ms - 1)})  # before this one's last change
         holds.follow_others({"c": report("p2", "async", now_ms + 1, updated=now_ms - 60_000)})  # a proxy gone
+        holds.follow_others({"e": {**report("p2", "async", now_ms + 1), "stopped": True}})  # a proxy stopped
         assert link.synchronous
         holds.follow_others({"d": report("p2", "async", now_ms + 1)})
         assert not link.synchronous and "proxy p2 fell back" in link.state.why
         assert [(k, v["mode"]) for k, v in holds.reports()] == [(f"proxy|p1|{SOURCE}|{REPLICA}", "async")]
+        assert [v["stopped"] for _, v in holds.reports(stopped=True)] == [True]
 
     run(scenario())
