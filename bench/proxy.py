@@ -1,12 +1,16 @@
 """Benchmark: produce throughput and p50/p99 latency through `streamrepl proxy start` against the broker direct.
 
-Run:  .venv/bin/python bench/proxy.py [--records N] [--latency-samples N] [--rounds N] [--json out.json]
+Run:  .venv/bin/python bench/proxy.py [--records N] [--latency-samples N] [--rounds N] [--sync] [--json out.json]
 
 One embedded broker (Tansu, or $STREAMREPL_LOCAL_BROKER) and one proxy in front of it, both started here; each round
 measures direct and through the proxy one after the other, so that the ratios come from the same machine at the same
 time. Throughput: N records of 100 bytes, acks=all, librdkafka's batching, until flush() returns. Latency: one
 record at a time, produce then flush, the time to its acknowledgement. The goal (issue 39) for a stream without a
 synchronous replica: >= 0.8x the direct throughput, p99 within 5 ms of direct.
+
+--sync adds a second cluster, a stream with a synchronous replica there and a gateway, and measures through the proxy
+to a topic of that stream too ("proxy_sync": every acknowledgement held until the replica holds the record). The goal:
+p50 about direct + one replication round.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streamrepl.local import EphemeralClusters
 
 CLUSTER = "sanfrancisco"
+REPLICA_CLUSTER = "newyork"
 VALUE = b"v" * 100
 BIN = str(Path(sys.executable).with_name("streamrepl"))
 
@@ -44,6 +49,46 @@ def start_proxy(registry: str) -> tuple[subprocess.Popen[str], str]:
         if line.rstrip() == "}":
             break
     return proc, json.loads("".join(lines))["data"][0]["advertise"]
+
+
+def sync_stream(registry: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """A stream of CLUSTER with a synchronous replica on REPLICA_CLUSTER and a gateway copying it; its Kafka topic."""
+    from streamrepl import kafka, replicas, stream_ops, topics
+    from streamrepl import registry as registry_mod
+    from streamrepl.paths import StreamPath, kafka_topic_name
+
+    reg = registry_mod.load(registry)
+    src, dst = f"/{CLUSTER}/benchsync", f"/{REPLICA_CLUSTER}/benchsync"
+    stream_ops.create(reg, src, {"defaultpartitions": 4})
+    stream_ops.create(reg, dst, {"defaultpartitions": 4})
+    topics.create(reg, src, "bench")
+    replicas.add(reg, src, dst, synchronous=True)
+    replicas.upstream_add(reg, dst, src)
+    gateway = subprocess.Popen(
+        [BIN, "gateway", "start", "-cluster", REPLICA_CLUSTER, "-id", "bench-gw", "-supervise", "false"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "STREAMREPL_CLUSTERS": registry},
+    )
+    topic = kafka_topic_name(StreamPath(CLUSTER, "/benchsync"), "bench")
+    p = kafka.producer(reg.get(CLUSTER))
+    for part in range(4):
+        p.produce(topic, b"warm-up", partition=part)
+    assert p.flush(30) == 0
+    replica_topic = kafka_topic_name(StreamPath(REPLICA_CLUSTER, "/benchsync"), "bench")
+    deadline = time.monotonic() + 180
+    while True:  # the gateway runs and copies: the proxy's holds measure replication, not the gateway's start
+        reader = kafka.consumer(reg.get(REPLICA_CLUSTER))
+        try:
+            ends = kafka.true_ends(reader, [kafka.TopicPartition(replica_topic, part) for part in range(4)], timeout=5)
+            if all(e >= 1 for e in ends.values()):
+                return topic, gateway
+        except Exception:  # noqa: BLE001 - the replica topic is not made yet
+            pass
+        finally:
+            reader.close()
+        assert time.monotonic() < deadline, "the gateway did not start copying"
+        time.sleep(0.5)
 
 
 def throughput(bootstrap: str, topic: str, records: int) -> float:
@@ -84,11 +129,16 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--latency-samples", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--sync", action="store_true", help="also through the proxy to a stream with a synchronous replica")
     ap.add_argument("--json", help="also write the results to this file")
     a = ap.parse_args()
-    with EphemeralClusters([CLUSTER]) as ec:
+    gateway = None
+    with EphemeralClusters([CLUSTER, REPLICA_CLUSTER] if a.sync else [CLUSTER]) as ec:
         direct = ec.brokers[CLUSTER].bootstrap
-        proc, through = start_proxy(str(ec.registry_path))
+        sync_topic = ""
+        if a.sync:
+            sync_topic, gateway = sync_stream(str(ec.registry_path))
+        proc, through = start_proxy(str(ec.registry_path))  # after the stream: it holds it from its first Produce
         try:
             admin = AdminClient({"bootstrap.servers": direct})
             admin.create_topics([NewTopic("bench-proxy", 4, 1)])["bench-proxy"].result(30)
@@ -96,13 +146,20 @@ def main() -> int:
                 "direct": {"tput": [], "lat": []},
                 "proxy": {"tput": [], "lat": []},
             }
+            series = [("direct", direct, "bench-proxy"), ("proxy", through, "bench-proxy")]
+            if a.sync:
+                res["proxy_sync"] = {"tput": [], "lat": []}
+                series.append(("proxy_sync", through, sync_topic))
             for _ in range(a.rounds):
-                for name, bs in (("direct", direct), ("proxy", through)):
-                    res[name]["tput"].append(throughput(bs, "bench-proxy", a.records))
-                    res[name]["lat"] += latencies(bs, "bench-proxy", a.latency_samples)
+                for name, bs, topic in series:
+                    res[name]["tput"].append(throughput(bs, topic, a.records))
+                    res[name]["lat"] += latencies(bs, topic, a.latency_samples)
         finally:
             proc.terminate()
             proc.wait(60)
+            if gateway is not None:
+                gateway.terminate()
+                gateway.wait(60)
     summary = {
         name: {
             "records_per_s": statistics.median(r["tput"]),
@@ -116,6 +173,12 @@ def main() -> int:
         "p99_added_ms": summary["proxy"]["p99_ms"] - summary["direct"]["p99_ms"],
         "p50_added_ms": summary["proxy"]["p50_ms"] - summary["direct"]["p50_ms"],
     }
+    if "proxy_sync" in summary:
+        summary["ratio"]["sync_throughput"] = (
+            summary["proxy_sync"]["records_per_s"] / summary["direct"]["records_per_s"]
+        )
+        summary["ratio"]["sync_p50_added_ms"] = summary["proxy_sync"]["p50_ms"] - summary["direct"]["p50_ms"]
+        summary["ratio"]["sync_p99_added_ms"] = summary["proxy_sync"]["p99_ms"] - summary["direct"]["p99_ms"]
     print(json.dumps(summary, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(summary, indent=1) + "\n")

@@ -7,6 +7,7 @@ partition ends are read when `replica list` runs.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from . import journal, kafka, policy, statustopic, topics
@@ -73,7 +74,10 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
         "maxPendingTS": 0,
         "lasterror": "",
         "errorPartitions": 0,  # always there: scripts read columns by position
+        "syncFallback": "",  # a synchronous link that a proxy answers asynchronously (proxy_fallback)
     }
+    if entry.synchronous:
+        row["syncFallback"] = proxy_fallback(src.cluster, str(src.path), entry.path)
     agreed, drec = _replica_lists_upstream(reg, entry, str(src.path))
     gone = _replica_gone(src, entry, drec)
     if gone:
@@ -163,6 +167,30 @@ def link_row(reg: Registry, src: Any, srec: Stream, entry: Replica) -> dict[str,
     caught_up = not errors and not lost and not unadopted and not pending_resync and row["putsPending"] == 0
     row["isUptodate"] = agreed and caught_up and (entry.paused or held)
     return row
+
+
+def proxy_fallback(cluster: Cluster, src: str, replica: str, now_ms: float | None = None) -> str:
+    """What the proxies of the source's cluster (`proxy start`, proxy/holds.py) report of a synchronous link they
+    fell back to asynchronous for: since when and why, "" when no live proxy did."""
+    now_ms = time.time() * 1000 if now_ms is None else now_ms
+    reports = read(cluster, "proxy|")
+    fallen = [
+        r
+        for r in reports.values()
+        if r.get("source") == src
+        and r.get("replica") == replica
+        and r.get("mode") == "async"
+        and not r.get("stopped")
+        and now_ms - r.get("updated", 0) <= statustopic.LIVE_SECONDS * 1000
+    ]
+    if not fallen:
+        return ""
+    first = min(fallen, key=lambda r: r.get("since", 0))
+    when = datetime.fromtimestamp(first.get("since", 0) / 1000, tz=UTC).isoformat(timespec="seconds")
+    return (
+        f"asynchronous since {when} on {len(fallen)} proxy(ies), {first.get('proxy')} first: {first.get('why')};"
+        f" synchronous again once the replica holds what they passed"
+    )
 
 
 def _source_unread(gateways: dict[str, dict[str, Any]], src: str, dst: str, created: int = 0) -> str:
@@ -276,6 +304,7 @@ def failback_row(src: Any, srec: Stream, entry: Replica) -> dict[str, Any]:
         "maxPendingTS": 0,
         "lasterror": journal.failback_note(str(src.path), srec, entry.path),
         "errorPartitions": 0,
+        "syncFallback": "",
     }
 
 

@@ -6,18 +6,19 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from .. import kafka, policy
 from .. import topics as topic_ops
 from ..errors import AlreadyExists, InvalidArgument, NotFound, StreamreplError, Unreachable
-from ..kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from ..kafka import KafkaError, Message, Producer
 from ..model import Stream
 from ..paths import StreamPath, kafka_topic_name, split_topic, validate_topic
-from ..registry import Cluster, Registry
+from ..registry import Registry
+from ..replica_end import SYNC_RECHECK, SYNC_STALL, SYNC_TIMEOUT, ReplicaEnds
 from ..streams import Resolved, kafka_configs, load, resolve
-from .access import open_stream, registry_or_default, stream_topic
+from .access import open_stream, registry_or_default
 
 log = logging.getLogger("streamrepl.client")
 
@@ -71,86 +72,14 @@ class Delivery:
     synchronous: bool = False
 
 
-#: Seconds between two metadata requests for a replica topic the reader takes for absent (_SyncReplica._ask_about).
-ASK_AGAIN = 0.1
-
-
 @dataclass
-class _SyncReplica:
-    path: str
-    stream: StreamPath
-    cluster: Cluster
+class _SyncReplica(ReplicaEnds):
+    """A synchronous replica as the producer sees it: its ends (replica_end.ReplicaEnds) and whether the producer
+    waits for it ("sync") or fell back ("async", since when, last checked)."""
+
     mode: str = "sync"
     since: float = 0.0
     last_check: float = 0.0
-    reader: Any = None
-    ends: dict[tuple[str, int], int] = field(default_factory=dict)
-    tailing: set[tuple[str, int]] = field(default_factory=set)
-    #: replica topic -> when the broker was last asked about it after the reader took it for absent (_ask_about)
-    asked: dict[str, float] = field(default_factory=dict)
-
-    def end(self, topic: str, p: int, needed: int) -> int:
-        """What the replica partition holds: at least its end as far as needed to say whether `needed` is there.
-
-        The reported high watermark, asked alone (one request, a round trip; kafka.high_mark), settles
-        it when it is past `needed` (always so on Apache Kafka once the record is there). Brokers that
-        under-report it (Tansu) are read instead: a reader stays assigned to the partition from there on
-        and follows its end, which costs a few milliseconds rather than an assign-fetch-unassign round per
-        question.
-        """
-        if self.reader is None:
-            extra: dict[str, Any] = {"fetch.wait.max.ms": 5, "enable.partition.eof": True}
-            self.reader = kafka.consumer(self.cluster, **extra)
-        key = (topic, p)
-        known = self.ends.get(key, 0)
-        kt = kafka_topic_name(self.stream, topic)
-        try:
-            high = kafka.high_mark(self.reader, TopicPartition(kt, p), timeout=2.0)
-        except KafkaException as e:
-            if kafka.is_unknown_topic(e):
-                self._ask_about(kt)
-            return known  # not created yet, or not answering: no progress
-        known = max(known, int(high))
-        if known <= needed:
-            if key not in self.tailing:
-                self.reader.incremental_assign([TopicPartition(kt, p, max(0, int(high) - 1))])
-                self.tailing.add(key)
-            for m in self.reader.consume(10000, timeout=0.005):
-                err = m.error()
-                mk = (stream_topic(self.stream, cast(str, m.topic())), cast(int, m.partition()))
-                if err is None:
-                    self.ends[mk] = max(self.ends.get(mk, 0), cast(int, m.offset()) + 1)
-                elif kafka.is_partition_eof(err):
-                    self.ends[mk] = max(self.ends.get(mk, 0), cast(int, m.offset()))
-            known = max(known, self.ends.get(key, 0))
-        self.ends[key] = known
-        return known
-
-    def _ask_about(self, kt: str) -> None:
-        """Ask the broker about replica topic `kt`, which the reader took for absent.
-
-        librdkafka keeps a topic it was told is absent in its metadata cache, and answers later questions from
-        there; such an entry is meant to last 100 ms, but one that sits behind longer-lived entries (Tansu answers
-        the broker-only metadata request of a reader's first connection with all its topics) is not evicted before
-        them, for up to metadata.max.age.ms (15 min). A replica topic made after the first question (the gateway
-        starting after the producer, a topic the source's autocreate made) was never seen, and every record fell
-        back. A metadata request for the topic itself replaces the entry. At most every ASK_AGAIN seconds a topic:
-        the waiting loop asks for the end every few milliseconds."""
-        now = time.monotonic()
-        if now - self.asked.get(kt, float("-inf")) < ASK_AGAIN:
-            return
-        self.asked[kt] = now
-        try:
-            kafka.partitions_of(self.reader, kt, timeout=2.0)
-        except KafkaException:
-            pass  # not answering: the next question finds out
-
-    def close(self) -> None:
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
-            self.tailing.clear()
-            self.asked.clear()
 
 
 @dataclass
@@ -192,9 +121,9 @@ class StreamProducer:
         path: str,
         registry: Registry | None = None,
         *,
-        sync_timeout: float = 5.0,
-        sync_stall: float = 2.0,
-        sync_recheck: float = 1.0,
+        sync_timeout: float = SYNC_TIMEOUT,
+        sync_stall: float = SYNC_STALL,
+        sync_recheck: float = SYNC_RECHECK,
         refresh_interval: float = 10.0,
         **conf: Any,
     ):

@@ -30,8 +30,9 @@ def _link(f: click.decorators.FC) -> click.decorators.FC:
     type=BOOL,
     default=False,
     help="Acknowledge records only once they are in this replica (default false). Honoured by streamrepl's own"
-    " producer (produce, StreamProducer), not by a plain Kafka producer; it falls back to asynchronous, with a"
-    " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
+    " producer (produce, StreamProducer) and by any Kafka producer that writes through 'streamrepl proxy start'"
+    " (acks 1 or all; a transactional producer's records are not waited for); it falls back to asynchronous,"
+    " with a warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
 )
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters (default false).")
 @opt(
@@ -57,8 +58,9 @@ def add_cmd(path: str, replica: str, **kw: object) -> None:
     "synchronous",
     type=BOOL,
     help="Acknowledge records only once they are in this replica. Honoured by streamrepl's own"
-    " producer (produce, StreamProducer), not by a plain Kafka producer; it falls back to asynchronous, with a"
-    " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
+    " producer (produce, StreamProducer) and by any Kafka producer that writes through 'streamrepl proxy start'"
+    " (acks 1 or all; a transactional producer's records are not waited for); it falls back to asynchronous,"
+    " with a warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
 )
 @opt("networkencryption", type=BOOL, help="Require TLS to both clusters.")
 @opt(
@@ -240,8 +242,9 @@ def upstream_list_cmd(path: str) -> None:
     type=BOOL,
     default=False,
     help="Acknowledge records only once they are in this replica. Honoured by streamrepl's own"
-    " producer (produce, StreamProducer), not by a plain Kafka producer; it falls back to asynchronous, with a"
-    " warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
+    " producer (produce, StreamProducer) and by any Kafka producer that writes through 'streamrepl proxy start'"
+    " (acks 1 or all; a transactional producer's records are not waited for); it falls back to asynchronous,"
+    " with a warning, when the replica does not keep up within its timeout, and returns once it has caught up.",
 )
 @opt("throttle", type=BOOL, default=False, help="Cap the replication rate of the link(s).")
 @opt("networkencryption", type=BOOL, default=False, help="Require TLS to both clusters.")

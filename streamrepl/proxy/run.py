@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..kafka.tlscheck import tls_context
-from ..registry import Cluster
+from ..registry import Cluster, Registry
+from .holds import Holds, load_targets, status_publisher, status_reader, thread_ends
 from .server import Address, Listen, Proxy, Upstream
 from .stats import MetricsServer, ProxyStats
+from .sync import Limits
 
 log = logging.getLogger("streamrepl.proxy")
 
@@ -84,15 +88,37 @@ class Started:
     metrics_port: int | None
 
 
+def proxy_id() -> str:
+    """This proxy's name in its reports (the status topic's `proxy|...` records): host and process."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def holds_of(registry: Registry, cluster: Cluster, limits: Limits) -> Holds:
+    """The held Produce of a proxy of `cluster`: its streams' synchronous replicas, read from the metadata store."""
+    return Holds(
+        cluster.name,
+        lambda: load_targets(registry, cluster),
+        thread_ends,
+        limits,
+        proxy_id(),
+        publish=status_publisher(cluster),
+        read_reports=status_reader(cluster),
+    )
+
+
 def run_foreground(
     cluster: Cluster,
     listen: Listen,
     metrics: tuple[str, int] | None = None,
     on_started: Callable[[Started], None] | None = None,
+    registry: Registry | None = None,
+    limits: Limits | None = None,
 ) -> None:
-    """Run the proxy until SIGTERM or SIGINT, then drain it. A port in use is an InvalidArgument."""
+    """Run the proxy until SIGTERM or SIGINT, then drain it. A port in use is an InvalidArgument. With a registry,
+    Produces to streams with a synchronous replica are held (holds.py)."""
     upstream = upstream_of(cluster)
-    asyncio.run(_run(cluster, upstream, listen, metrics, on_started))
+    holds = holds_of(registry, cluster, limits or Limits()) if registry is not None else None
+    asyncio.run(_run(cluster, upstream, listen, metrics, on_started, holds))
 
 
 async def _run(
@@ -101,9 +127,10 @@ async def _run(
     listen: Listen,
     metrics: tuple[str, int] | None,
     on_started: Callable[[Started], None] | None,
+    holds: Holds | None = None,
 ) -> None:
-    stats = ProxyStats(cluster.name)
-    proxy = Proxy(cluster.name, upstream, listen, stats)
+    stats = ProxyStats(cluster.name, holds=holds.stats if holds is not None else None)
+    proxy = Proxy(cluster.name, upstream, listen, stats, holds)
     try:
         await proxy.start()
     except OSError as e:
@@ -111,6 +138,11 @@ async def _run(
             f"cannot listen on {listen.listen}: {e.strerror or e}; pick another -listen address or port"
         ) from None
     server = MetricsServer(stats, *metrics) if metrics is not None else None
+    holding: asyncio.Task[None] | None = None
+    if holds is not None:
+        # Before the proxy says where it listens: a stream's synchronous replica is known from the first Produce.
+        await holds.refresh()
+        holding = asyncio.create_task(holds.run())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, proxy.request_stop)
@@ -126,6 +158,11 @@ async def _run(
     try:
         await proxy.wait_stopped()
     finally:
+        if holding is not None:
+            holding.cancel()
+        if holds is not None:
+            await holds.report_stopped()
+            holds.close()
         if server is not None:
             server.close()
     log.info("proxy of cluster %s stopped", cluster.name)

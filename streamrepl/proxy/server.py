@@ -4,7 +4,9 @@ A client connection is paired with one connection to a broker: the bootstrap por
 cluster, a broker port's with that broker. Requests go to the broker as they came; responses come back as they came,
 in the order of their requests (as the broker sends them), except the few that name brokers (wire.REWRITTEN, and
 ApiVersions, which caps versions): those are decoded, made to name the proxy's ports, and encoded again. A broker
-named for the first time gets its port before its name reaches the client.
+named for the first time gets its port before its name reaches the client. A Produce to a stream with a synchronous
+replica has its response held, in line, until the replica holds its records (holds.py, sync.py): the responses after
+it on that connection wait with it, so that their order is kept.
 
 SASL passes through: the client authenticates to the broker itself (with SaslHandshake v0 the tokens that follow go
 unframed: PLAIN and SCRAM are passed as such, other mechanisms need SaslAuthenticate, which every current client
@@ -24,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import wire
+from .holds import Holds
 from .stats import ProxyStats
 
 log = logging.getLogger("streamrepl.proxy")
@@ -32,6 +35,9 @@ log = logging.getLogger("streamrepl.proxy")
 DRAIN_SECONDS = 30.0
 #: How long the proxy waits for a broker to accept a connection before it closes the client's.
 CONNECT_SECONDS = 10.0
+#: A held Produce is answered this long before its request's timeout_ms runs out (the client's own timer started
+#: before the proxy's, and the answer has a way to go).
+HOLD_MARGIN = 0.2
 
 #: SaslHandshake v0: how many unframed token exchanges follow, by mechanism.
 _RAW_SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
@@ -114,6 +120,9 @@ class _Pending:
 
     head: wire.RequestHead | None  # None: an unframed SASL token (SaslHandshake v0)
     sasl_mechanism: str = ""
+    #: a Produce whose response is held (holds.py): records per partition of the topics held, and until when
+    held: dict[wire.Partition, int] | None = None
+    deadline: float = 0.0
 
 
 @dataclass(eq=False)  # kept in a set, by identity
@@ -171,8 +180,12 @@ class Connection:
                 head = wire.request_head(frame)
                 stats.request(head.api_key, len(frame))
                 entry = _Pending(head)
-                if head.api_key == wire.PRODUCE and wire.produce_head(frame, head).acks == 0:
-                    entry = None  # no response comes back
+                if head.api_key == wire.PRODUCE:
+                    produce = wire.produce_head(frame, head)
+                    if produce.acks == 0:
+                        entry = None  # no response comes back: nothing to hold
+                    elif self.proxy.holds is not None and self.proxy.holds.active:
+                        self._to_hold(entry, frame, produce)
                 elif head.api_key == wire.SASL_HANDSHAKE and head.api_version == 0:
                     entry.sasl_mechanism = wire.sasl_mechanism(frame)
             if entry is not None:
@@ -180,6 +193,40 @@ class Connection:
                 self.idle.clear()
             write_frame(self.broker_writer, frame)
             await self.broker_writer.drain()
+
+    def _to_hold(self, entry: _Pending, frame: bytes, produce: wire.ProduceHead) -> None:
+        """Mark a Produce whose response waits for synchronous replicas: the records it writes to their topics."""
+        holds = self.proxy.holds
+        assert holds is not None and entry.head is not None
+        if not holds.may_hold(frame):
+            return  # no topic of a synchronous stream in it: not even decoded
+        try:
+            counts = wire.produce_counts(frame, entry.head)
+        except Exception as e:  # noqa: BLE001 - a request the library cannot read is passed, not held
+            log.warning("Produce v%d not read, its response is not held: %s", entry.head.api_version, e)
+            return
+        held = {k: n for k, n in counts.items() if n > 0 and holds.links_of(k[0]) is not None}
+        if not held:
+            return
+        if produce.transactional_id is not None:
+            holds.stats.transactional += 1  # reaches the replica once committed: not held (docs/proxy.md)
+            return
+        entry.held = held
+        # Within the request's own timeout, from when it came: the client waits no longer than that.
+        entry.deadline = holds.clock() + max(produce.timeout_ms / 1000 - HOLD_MARGIN, 0.0)
+
+    async def _hold(self, entry: _Pending, frame: bytes) -> None:
+        """Wait until the synchronous replicas hold what the Produce wrote (or fall back, or its timeout)."""
+        holds = self.proxy.holds
+        assert holds is not None and entry.head is not None and entry.held is not None
+        try:
+            offsets = wire.produce_offsets(entry.head, frame)
+        except Exception as e:  # noqa: BLE001 - an answer the library cannot read is passed as it came
+            log.warning("Produce response v%d not read, not held: %s", entry.head.api_version, e)
+            return
+        produced = {k: offsets[k] + n - 1 for k, n in entry.held.items() if k in offsets}
+        if produced:
+            await holds.hold(produced, entry.deadline)
 
     async def _responses(self) -> None:
         while (frame := await read_frame(self.broker_reader)) is not None:
@@ -189,7 +236,10 @@ class Connection:
             head = entry.head
             if head is not None:
                 self.proxy.stats.response(len(frame))
-                if head.api_key in wire.REWRITTEN or head.api_key == wire.API_VERSIONS:
+                if entry.held is not None:
+                    # Held here, in line: the responses after it on this connection wait too (their order is kept).
+                    await self._hold(entry, frame)
+                elif head.api_key in wire.REWRITTEN or head.api_key == wire.API_VERSIONS:
                     frame = await self.proxy.rewrite(head, frame)
                 elif head.api_key == wire.SASL_HANDSHAKE and entry.sasl_mechanism and wire.sasl_handshake_ok(frame):
                     rounds = _RAW_SASL_ROUNDS.get(entry.sasl_mechanism.upper())
@@ -208,8 +258,17 @@ class Connection:
 class Proxy:
     """The listeners of one cluster's proxy and the connections they accepted."""
 
-    def __init__(self, cluster: str, upstream: Upstream, listen: Listen, stats: ProxyStats | None = None):
+    def __init__(
+        self,
+        cluster: str,
+        upstream: Upstream,
+        listen: Listen,
+        stats: ProxyStats | None = None,
+        holds: Holds | None = None,
+    ):
         self.cluster = cluster
+        #: the held Produce (None: every response is passed at once)
+        self.holds = holds
         self.upstream = upstream
         self.listen = listen
         self.stats = stats or ProxyStats(cluster)

@@ -10,6 +10,13 @@ gateway's are (replication/metrics.py). Metrics (label `cluster`):
 - streamrepl_proxy_requests_total{api_key}: requests passed to the brokers, by Kafka API key
 - streamrepl_proxy_request_bytes_total, streamrepl_proxy_response_bytes_total: their bytes (frames, as passed)
 - streamrepl_proxy_rewritten_total: responses rewritten to name the proxy (Metadata, FindCoordinator, DescribeCluster)
+- streamrepl_proxy_held_total: Produce responses held for a synchronous replica (holds.py);
+  streamrepl_proxy_held_confirmed_total of them answered once every synchronous replica held the records,
+  streamrepl_proxy_held_unconfirmed_total without (a replica fallen back, or the request's timeout);
+  streamrepl_proxy_held_seconds_total: the time they were held, summed;
+  streamrepl_proxy_transactional_not_held_total: transactional Produces to synchronous streams, answered at once
+- streamrepl_proxy_link_synchronous{link}: 1 while the link (`/src->/replica`) is synchronous, 0 fallen back;
+  streamrepl_proxy_link_fallbacks_total{link}, streamrepl_proxy_link_recoveries_total{link}
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgument
+from .sync import HoldStats
 
 log = logging.getLogger("streamrepl.proxy")
 
@@ -36,6 +44,8 @@ class ProxyStats:
     request_bytes: int = 0
     response_bytes: int = 0
     requests_by_api: dict[int, int] = field(default_factory=dict)
+    #: the held Produce's figures (None: the proxy holds nothing)
+    holds: HoldStats | None = None
 
     def request(self, api_key: int, size: int) -> None:
         self.requests_by_api[api_key] = self.requests_by_api.get(api_key, 0) + 1
@@ -85,6 +95,49 @@ class ProxyCollector:
         yield counter("streamrepl_proxy_request_bytes", "Bytes of requests passed to the brokers.", s.request_bytes)
         yield counter("streamrepl_proxy_response_bytes", "Bytes of responses passed to clients.", s.response_bytes)
         yield counter("streamrepl_proxy_rewritten", "Responses rewritten to name the proxy.", s.rewritten)
+        if s.holds is not None:
+            yield from _hold_metrics(s.cluster, s.holds)
+
+
+def _hold_metrics(cluster: str, h: HoldStats) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    for name, doc, value in (
+        ("streamrepl_proxy_held", "Produce responses held for a synchronous replica.", h.held),
+        ("streamrepl_proxy_held_confirmed", "Held Produce responses answered once replicated.", h.confirmed),
+        (
+            "streamrepl_proxy_held_unconfirmed",
+            "Held Produce responses answered without: fallback or timeout.",
+            h.unconfirmed,
+        ),
+        ("streamrepl_proxy_held_seconds", "Seconds Produce responses were held, summed.", h.seconds),
+        (
+            "streamrepl_proxy_transactional_not_held",
+            "Transactional Produces to synchronous streams, not held.",
+            h.transactional,
+        ),
+    ):
+        c = CounterMetricFamily(name, doc, labels=["cluster"])
+        c.add_metric([cluster], value)
+        yield c
+    sync = GaugeMetricFamily(
+        "streamrepl_proxy_link_synchronous",
+        "1 while the link is synchronous, 0 fallen back.",
+        labels=["cluster", "link"],
+    )
+    fallbacks = CounterMetricFamily(
+        "streamrepl_proxy_link_fallbacks", "Falls back to asynchronous of the link.", labels=["cluster", "link"]
+    )
+    recoveries = CounterMetricFamily(
+        "streamrepl_proxy_link_recoveries", "Returns to synchronous of the link.", labels=["cluster", "link"]
+    )
+    for link, state in sorted(h.links.items()):
+        sync.add_metric([cluster, link], 1 if state.mode == "sync" else 0)
+        fallbacks.add_metric([cluster, link], state.fallbacks)
+        recoveries.add_metric([cluster, link], state.recoveries)
+    yield sync
+    yield fallbacks
+    yield recoveries
 
 
 class MetricsServer:

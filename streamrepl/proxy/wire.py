@@ -172,3 +172,39 @@ def cap_versions(message: Any) -> bool:
             api.max_version = max(cap, api.min_version)
             changed = True
     return changed
+
+
+#: A partition of the cluster: (Kafka topic, partition).
+Partition = tuple[str, int]
+
+
+def produce_counts(frame: bytes, head: RequestHead) -> dict[Partition, int]:
+    """How many records a Produce request writes to each partition (the records themselves are not decoded: of a
+    v2 batch its header's last offset delta; older, rare message sets are iterated)."""
+    from kafka.protocol.producer import ProduceRequest
+    from kafka.record.memory_records import MemoryRecords
+
+    request = ProduceRequest.decode(frame, version=head.api_version, header=True)
+    counts: dict[Partition, int] = {}
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            n = 0
+            records = MemoryRecords(part.records or b"")
+            while (batch := records.next_batch()) is not None:
+                n += batch.last_offset_delta + 1 if batch.magic >= 2 else sum(1 for _ in batch)
+            key = (topic.name, part.index)
+            counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def produce_offsets(head: RequestHead, frame: bytes) -> dict[Partition, int]:
+    """The base offset of each partition a Produce response says was written (error code 0)."""
+    from kafka.protocol.producer import ProduceResponse
+
+    response = ProduceResponse.decode(frame, version=head.api_version, header=True)
+    return {
+        (topic.name, part.index): part.base_offset
+        for topic in response.responses
+        for part in topic.partition_responses
+        if part.error_code == 0 and part.base_offset >= 0
+    }

@@ -1,4 +1,4 @@
-"""streamrepl.client.producer without a broker: how a synchronous replica's end is read (_SyncReplica.end)."""
+"""How a synchronous replica's end is read without a broker (replica_end.ReplicaEnds, as the producer's _SyncReplica)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streamrepl.client.producer import ASK_AGAIN, _SyncReplica
+from streamrepl.client.producer import _SyncReplica
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
+from streamrepl.replica_end import ASK_AGAIN
 
 STREAM = StreamPath("newyork", "/s")
 KT = kafka_topic_name(STREAM, "t")

@@ -188,3 +188,124 @@ def test_a_drain_delivers_the_answers_due_then_closes() -> None:
             pass
 
     run(scenario())
+
+
+# -- the held Produce (holds.py) --------------------------------------------------------------------------------------
+def _produce_answer(base_offset: int) -> Callable[[FakeBroker, bytes], Awaitable[bytes | None]]:
+    """A broker that writes every Produce at `base_offset` and answers anything else as metadata_answer does."""
+    from kafka.protocol.producer import ProduceResponse
+
+    other = metadata_answer([])
+
+    async def answer(me: FakeBroker, frame: bytes) -> bytes | None:
+        head = wire.request_head(frame)
+        if head.api_key != wire.PRODUCE:
+            return await other(me, frame)
+        req = ProduceRequest.decode(frame, version=head.api_version, header=True)
+        topic = ProduceResponse.TopicProduceResponse
+        part = topic.PartitionProduceResponse
+        response = ProduceResponse[head.api_version](
+            responses=[
+                topic(
+                    name=t.name,
+                    partition_responses=[
+                        part(index=p.index, error_code=0, base_offset=base_offset, log_append_time_ms=-1)
+                        for p in t.partition_data
+                    ],
+                )
+                for t in req.topic_data
+            ],
+            throttle_time_ms=0,
+        )
+        response.with_header(correlation_id=head.correlation_id)
+        return bytes(response.encode(header=True))
+
+    return answer
+
+
+def _produce(correlation_id: int, topic: str, records: int, txn: str | None = None) -> bytes:
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+    for i in range(records):
+        builder.append(timestamp=None, key=None, value=b"v%d" % i, headers=[])
+    builder.close()
+    data = ProduceRequest.TopicProduceData
+    message = ProduceRequest[7](
+        transactional_id=txn,
+        acks=-1,
+        timeout_ms=60_000,
+        topic_data=[
+            data(name=topic, partition_data=[data.PartitionProduceData(index=0, records=bytes(builder.buffer()))])
+        ],
+    )
+    message.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(message.encode(header=True))
+
+
+def test_a_held_produce_is_answered_once_the_replica_holds_it_and_holds_what_follows_on_its_connection() -> None:
+    from streamrepl.paths import StreamPath, kafka_topic_name
+    from streamrepl.proxy.holds import Holds, Target
+    from streamrepl.proxy.sync import Limits
+
+    sync_topic = kafka_topic_name(StreamPath("c", "/s"), "orders")
+    plain_topic = kafka_topic_name(StreamPath("c", "/plain"), "orders")
+
+    async def scenario() -> None:
+        replica_end = {"now": 0}
+        asked: list[tuple[str, int, int, int]] = []  # (topic, partition, offset waited for, responses the client had)
+        got: list[bytes] = []
+
+        async def end(topic: str, p: int, needed: int) -> int:
+            asked.append((topic, p, needed, len(got)))
+            return replica_end["now"]
+
+        holds = Holds("c", lambda: {}, lambda target: (end, lambda: None), Limits(timeout=60, stall=60))
+        holds.apply({"/c/s": [Target("/c/s", "/ny/s", StreamPath("ny", "/s"), None)]})
+        broker = FakeBroker(1, _produce_answer(40))
+        await broker.start()
+        proxy = Proxy(
+            "c", Upstream([Address("127.0.0.1", broker.port)], None), Listen(Address("127.0.0.1", 0)), holds=holds
+        )
+        await proxy.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+
+        async def read(n: int) -> None:
+            for _ in range(n):
+                frame = await read_frame(reader)
+                assert frame is not None
+                got.append(frame)
+
+        # A Produce to a stream without a synchronous replica: answered without a question about any replica.
+        write_frame(writer, _produce(1, plain_topic, 2))
+        await writer.drain()
+        await read(1)
+        assert asked == [] and holds.stats.held == 0
+
+        # A transactional Produce: not held (its records reach the replica once committed).
+        write_frame(writer, _produce(2, sync_topic, 2, txn="tx"))
+        await writer.drain()
+        await read(1)
+        assert asked == [] and holds.stats.transactional == 1
+
+        # 3 records written at 40-42, then a request of another API on the same connection.
+        write_frame(writer, _produce(3, sync_topic, 3))
+        write_frame(writer, request(OTHER_API, 0, 4))
+        await writer.drain()
+        reading = asyncio.ensure_future(read(2))
+        while len(asked) < 20:
+            await asyncio.sleep(0.01)
+        assert {(t, p, o) for t, p, o, _ in asked} == {("orders", 0, 42)}
+        assert all(n == 2 for *_, n in asked), "answered before the replica held the records"
+        replica_end["now"] = 42  # offsets up to 41: not yet
+        seen = len(asked)
+        while len(asked) < seen + 5:
+            await asyncio.sleep(0.01)
+        assert len(got) == 2
+        replica_end["now"] = 43
+        await reading
+        assert [struct.unpack_from(">i", f)[0] for f in got] == [1, 2, 3, 4]  # in request order
+        assert holds.stats.held == 1 and holds.stats.confirmed == 1
+        writer.close()
+
+    run(scenario())

@@ -135,3 +135,49 @@ def test_sasl_handshake_mechanism_and_answer() -> None:
     assert wire.sasl_mechanism(frame) == "SCRAM-SHA-256"
     assert wire.sasl_handshake_ok(b"\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00")
     assert not wire.sasl_handshake_ok(b"\x00\x00\x00\x02\x00\x21\x00\x00\x00\x00")  # UNSUPPORTED_SASL_MECHANISM
+
+
+def _batch(n: int, magic: int = 2, compression: int = 0) -> bytes:
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=magic, compression_type=compression, batch_size=1 << 20)
+    for i in range(n):
+        builder.append(timestamp=None, key=b"k", value=b"v%d" % i, headers=[])
+    builder.close()
+    return bytes(builder.buffer())
+
+
+@pytest.mark.parametrize("version", [3, 7, 9])
+def test_produce_counts_are_the_records_of_each_partition(version: int) -> None:
+    data = ProduceRequest.TopicProduceData
+    part = data.PartitionProduceData
+    request = ProduceRequest[version](
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            data(name="a", partition_data=[part(index=0, records=_batch(5)), part(index=1, records=_batch(1, 2, 1))]),
+            # two batches for one partition, one of them an old (v1, compressed) message set
+            data(name="b", partition_data=[part(index=2, records=_batch(3) + _batch(4, 1, 1))]),
+        ],
+    )
+    frame = _framed_body(request, 9, client_id="app")
+    assert wire.produce_counts(frame, wire.request_head(frame)) == {("a", 0): 5, ("a", 1): 1, ("b", 2): 7}
+
+
+@pytest.mark.parametrize("version", [3, 8, 9])
+def test_produce_offsets_are_the_base_offsets_of_the_partitions_written(version: int) -> None:
+    from kafka.protocol.producer import ProduceResponse
+
+    topic = ProduceResponse.TopicProduceResponse
+    part = topic.PartitionProduceResponse
+
+    def answer(index: int, error: int, base: int) -> Any:
+        return part(index=index, error_code=error, base_offset=base, log_append_time_ms=-1, log_start_offset=0)
+
+    response = ProduceResponse[version](
+        responses=[topic(name="a", partition_responses=[answer(0, 0, 40), answer(1, 6, -1), answer(2, 0, 0)])],
+        throttle_time_ms=0,
+    )
+    head = wire.RequestHead(wire.PRODUCE, version, 9)
+    assert wire.produce_offsets(head, _framed_body(response, 9)) == {("a", 0): 40, ("a", 2): 0}
