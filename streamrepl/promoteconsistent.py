@@ -139,7 +139,7 @@ def cursors(r: Resolved, topics: list[str]) -> dict[str, list[list[Any]]]:
     if not topics:
         return {}
     names = {kafka_topic_name(r.path, t): t for t in topics}
-    admin = kafka.admin_client(r.cluster)
+    admin = kafka.GroupAdmin(r.cluster)
     found = kafka.committed_offsets(r.cluster, admin, kafka.list_groups(r.cluster, admin), lambda kt: kt in names)
     out: dict[str, list[list[Any]]] = {}
     for g, (offs, _) in sorted(found.items()):
@@ -198,7 +198,7 @@ def move_cursors(
     """Commit the saved cursors of the cut topics again, those past a partition's kept end moved back to it; returns
     the groups moved, with the partitions they moved on."""
     kept = {(k["topic"], k["partition"]): k["keptend"] for k in keeps}
-    admin = kafka.admin_client(r.cluster)
+    admin = kafka.GroupAdmin(r.cluster)
     moved: dict[str, list[tuple[str, int]]] = {}
     for group, rows in sorted(saved.items()):
         offsets = []

@@ -292,7 +292,7 @@ def delete(reg: Registry, path: str, topic: str) -> None:
 
 def _committed_by_group(r: Resolved, kafka_topics: set[str]) -> dict[str, dict[tuple[str, int], int]]:
     """group -> {(kafka topic, partition): committed offset} for groups reading these topics."""
-    a = kafka.admin_client(r.cluster)  # must outlive its futures
+    a = kafka.GroupAdmin(r.cluster)
     groups = kafka.list_groups(r.cluster, a)
     found = kafka.committed_offsets(r.cluster, a, groups, wanted=lambda kt: kt in kafka_topics)
     return {g: offsets for g, (offsets, _) in found.items() if offsets}

@@ -26,7 +26,7 @@ from tenacity import retry, retry_if_exception, retry_if_exception_type, stop_af
 
 from .. import ace, kafka, policy
 from ..errors import InvalidArgument, NotFound, PermissionDenied, StreamreplError
-from ..kafka import AdminClient, KafkaError, KafkaException, Message, TopicPartition
+from ..kafka import KafkaError, KafkaException, Message, TopicPartition
 from ..model import Stream
 from ..paths import kafka_topic_name
 from ..registry import Cluster, Registry
@@ -91,7 +91,7 @@ def select(reg: Registry, path: str, topic: str | None, partition: int | None) -
     return Selection(r, rec, {kafka_topic_name(r.path, t): t for t in names}, partition)
 
 
-def _groups(sel: Selection, admin: AdminClient, group: str | None) -> list[str]:
+def _groups(sel: Selection, admin: kafka.GroupAdmin, group: str | None) -> list[str]:
     if group:
         return [group]
     return kafka.list_groups(sel.r.cluster, admin)
@@ -114,7 +114,7 @@ def list_cursors(
 ) -> list[dict[str, Any]]:
     sel = select(reg, path, topic, partition)
     cluster = sel.r.cluster
-    admin = kafka.admin_client(cluster)
+    admin = kafka.GroupAdmin(cluster)
     committed = kafka.committed_offsets(cluster, admin, _groups(sel, admin, group), sel.wants)
     cells = sorted(
         (g, sel.topics[kt], p, off)
@@ -187,7 +187,7 @@ def delete_cursors(
     sel = select(reg, path, topic, partition)
     _check_delete_perm(sel)
     cluster = sel.r.cluster
-    admin = kafka.admin_client(cluster)
+    admin = kafka.GroupAdmin(cluster)
     everything = kafka.committed_offsets(cluster, admin, _groups(sel, admin, group))
     doomed = {
         g: {k: v for k, v in offs.items() if sel.wants(*k)}
@@ -239,6 +239,7 @@ def _delete_group_attempt(cluster: Cluster, group: str) -> None:
     try:
         admin.delete_consumer_groups([group], request_timeout=kafka.REQUEST_TIMEOUT)[group].result()
     except KafkaException as e:
+        del admin  # settled: not kept by the traceback while the next attempt waits (kafka/groups.py, GroupAdmin)
         if kafka.error_code(e) == KafkaError.NON_EMPTY_GROUP:
             raise StreamreplError(f"consumer group {group} became active; stop its consumers and try again") from None
         if kafka.error_code(e) == KafkaError.GROUP_ID_NOT_FOUND:
@@ -258,7 +259,7 @@ def _restore(cluster: Cluster, group: str, keep: list[TopicPartition]) -> None:
 
 @retry(retry=retry_if_exception_type((KafkaException, StreamreplError)), stop=_STOP, wait=_WAIT, reraise=True)
 def _restore_attempt(cluster: Cluster, group: str, keep: list[TopicPartition]) -> None:
-    admin = kafka.admin_client(cluster)
+    admin = kafka.GroupAdmin(cluster)
     bad = kafka.commit_offsets(admin, group, keep)
     if bad:
         raise StreamreplError(str(bad[0].error))
@@ -278,7 +279,7 @@ def list_assignments(
     """
     sel = select(reg, path, topic, partition)
     cluster = sel.r.cluster
-    admin = kafka.admin_client(cluster)
+    admin = kafka.GroupAdmin(cluster)
     groups = _groups(sel, admin, group)
     info = kafka.describe_groups(cluster, admin, groups)
     unknown = [g for g, gi in info.items() if any(m.assignment is None for m in gi.members)]

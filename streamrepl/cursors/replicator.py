@@ -41,15 +41,15 @@ class CursorReplicator:
         admin: Callable[[Cluster], AdminClient] = kafka.admin_client,
         reader: Callable[[Cluster], Consumer] = kafka.consumer,
     ):
-        """`admin` and `reader` build the clients (fakes in unit tests); an admin is built again after an error."""
+        """`admin` and `reader` build the clients (fakes in unit tests). The admins are GroupAdmins: one whose request
+        timed out is let go and built again (kafka/groups.py: kept, it made librdkafka abort the process)."""
         self.src_cluster = src_cluster
         self.dst_cluster = dst_cluster
         self.src_stream = src_stream
         self.dst_stream = dst_stream
-        self._new_admin = admin
         self._new_reader = reader
-        self._src_admin = admin(src_cluster)
-        self._dst_admin = admin(dst_cluster)
+        self._src_admin = kafka.GroupAdmin(src_cluster, admin)
+        self._dst_admin = kafka.GroupAdmin(dst_cluster, admin)
         self._reader: Consumer | None = None
 
     def _dst_reader(self) -> Consumer:
@@ -101,9 +101,10 @@ class CursorReplicator:
         try:
             return self._run(set(topics) if topics is not None else None, source or self.source_commits)
         except StreamreplError:
-            # Unreachable, or a client wedged by a dropped connection: start the next run afresh.
-            self._src_admin = self._new_admin(self.src_cluster)
-            self._dst_admin = self._new_admin(self.dst_cluster)
+            # Unreachable, or a client wedged by a dropped connection: start the next run afresh (every request of
+            # the run has settled: the group functions wait for each before they raise).
+            self._src_admin.let_go()
+            self._dst_admin.let_go()
             raise
 
     def _run(self, wanted: set[str] | None, source: Callable[[], SourceCommits]) -> list[dict[str, Any]]:
@@ -149,10 +150,8 @@ class CursorReplicator:
                 continue
             try:
                 refused = kafka.commit_offsets(self._dst_admin, g, tps)
-            except KafkaException as e:
-                if kafka.is_transport(e):
-                    self._dst_admin = self._new_admin(self.dst_cluster)  # see operations._delete_group
-                continue  # the group became active, or the broker is busy: next run
+            except KafkaException:
+                continue  # the group became active, or the broker is busy (its admin let go): next run
             not_committed = {(tp.topic, tp.partition) for tp in refused}
             for row, tp in zip(rows, tps, strict=True):
                 if (tp.topic, tp.partition) not in not_committed:

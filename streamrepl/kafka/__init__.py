@@ -71,6 +71,7 @@ from .errors import (
 )
 from .groups import (
     INTERNAL_GROUP_PREFIX,
+    GroupAdmin,
     GroupInfo,
     Member,
     Offsets,
@@ -119,6 +120,7 @@ __all__ = [
     "AdminClient",
     "Consumer",
     "ConsumerGroupTopicPartitions",
+    "GroupAdmin",
     "GroupInfo",
     "KafkaError",
     "KafkaException",

@@ -316,7 +316,9 @@ class SlotGroup:
         """The instance ids of the group's static members, as the broker describes the group; None when it does not
         say (it lists no members, or no instance ids)."""
         if self._admin is None:
-            self._admin = kafka.admin_client(self.cluster)  # kept: asked every SEAT_CHECK_SECONDS
+            # Kept (asked every SEAT_CHECK_SECONDS), and let go after a request that timed out: kept, it made the
+            # gateway abort when the broker came back (kafka/groups.py, GroupAdmin).
+            self._admin = kafka.GroupAdmin(self.cluster)
         info = kafka.describe_groups(self.cluster, self._admin, [self.group_id]).get(self.group_id)
         ids = [m.instance_id for m in (info.members if info is not None else []) if m.instance_id]
         return ids or None
