@@ -120,7 +120,7 @@ class SlotGroup:
         #: the look for dead seats (a thread: _check_seats), what it found, and the admin client it describes with
         self._look: threading.Thread | None = None
         self._found: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
-        self._admin: Any = None
+        self._admin: Any = kafka.GroupAdmin(cluster)  # its client let go after an unanswered request (groups.py)
         #: members seen without any report, and since when (monotonic): see dead_seats
         self._unreported_since: dict[str, float] = {}
         #: the look runs in a thread of its own (False: in poll's thread, for the simulated cluster, which drives
@@ -315,10 +315,6 @@ class SlotGroup:
     def members(self) -> list[str] | None:
         """The instance ids of the group's static members, as the broker describes the group; None when it does not
         say (it lists no members, or no instance ids)."""
-        if self._admin is None:
-            # Kept (asked every SEAT_CHECK_SECONDS), and let go after a request that timed out: kept, it made the
-            # gateway abort when the broker came back (kafka/groups.py, GroupAdmin).
-            self._admin = kafka.GroupAdmin(self.cluster)
         info = kafka.describe_groups(self.cluster, self._admin, [self.group_id]).get(self.group_id)
         ids = [m.instance_id for m in (info.members if info is not None else []) if m.instance_id]
         return ids or None
