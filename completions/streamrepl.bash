@@ -253,7 +253,7 @@ _streamrepl_value() {
         'stream replica list|-path'|'stream replica list|--path') echo 'value' ;;
         'stream replica list|-refreshnow'|'stream replica list|--refreshnow') echo 'choice:true false yes no' ;;
         'stream replica list|-clusters'|'stream replica list|--clusters') echo 'file' ;;
-        'stream replica list|-columns'|'stream replica list|--columns') echo 'choice:cluster stream type replicaPath replicaState paused throttle idx networkencryption synchronous networkcompression uuid isUptodate putsPending bytesPending minPendingTS maxPendingTS lasterror errorPartitions lagSeconds all' ;;
+        'stream replica list|-columns'|'stream replica list|--columns') echo 'choice:cluster stream type replicaPath replicaState paused throttle idx networkencryption synchronous networkcompression uuid isUptodate putsPending bytesPending minPendingTS maxPendingTS lasterror errorPartitions syncFallback lagSeconds all' ;;
         'stream replica pause|-path'|'stream replica pause|--path') echo 'value' ;;
         'stream replica pause|-replica'|'stream replica pause|--replica') echo 'value' ;;
         'stream replica pause|-clusters'|'stream replica pause|--clusters') echo 'file' ;;

@@ -460,7 +460,7 @@ complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o refreshno
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o clusters -l clusters -r -F -d 'Cluster registry file.'
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o noheader -l noheader -d 'Tab-separated rows without a header.'
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o json -l json -d 'Output the maprcli JSON envelope.'
-complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o columns -l columns -x -a 'cluster stream type replicaPath replicaState paused throttle idx networkencryption synchronous networkcompression uuid isUptodate putsPending bytesPending minPendingTS maxPendingTS lasterror errorPartitions lagSeconds all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: replicaPath, replicaState, isUptodate, putsPending, lagSeconds, lasterror; a pipe, -json and -noheader get every one.'
+complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -o columns -l columns -x -a 'cluster stream type replicaPath replicaState paused throttle idx networkencryption synchronous networkcompression uuid isUptodate putsPending bytesPending minPendingTS maxPendingTS lasterror errorPartitions syncFallback lagSeconds all' -d 'The columns to show: field names or terminal headers, comma-separated; all: every one. Default on a terminal: replicaPath, replicaState, isUptodate, putsPending, lagSeconds, lasterror; a pipe, -json and -noheader get every one.'
 complete -c streamrepl -n '__streamrepl_at \'stream replica list\'' -s h -l help -o help -d 'Show this message and exit.'
 
 # streamrepl stream replica pause

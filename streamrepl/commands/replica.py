@@ -157,6 +157,7 @@ REPLICA_LIST = Listing(
         "maxPendingTS",
         "lasterror",
         "errorPartitions",
+        "syncFallback",
     ),
     default=("replicaPath", "replicaState", "isUptodate", "putsPending", "lagSeconds", "lasterror"),
     cut=("lasterror",),

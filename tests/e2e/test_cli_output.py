@@ -203,7 +203,7 @@ def test_replica_list_on_a_terminal_fits_its_width_with_path_and_state_whole(
     assert chosen[0].split() == ["replica", "uuid"]
     # what scripts read is unchanged: every field, tab-separated, on a terminal too with -noheader
     noheader = run_in_terminal(["stream", "replica", "list", "-path", src, "-noheader"], width)
-    assert [len(line.split("\t")) for line in noheader.stdout.splitlines()] == [19, 19], noheader
+    assert [len(line.split("\t")) for line in noheader.stdout.splitlines()] == [20, 20], noheader
 
 
 def test_every_wide_listing_fits_an_80_column_terminal(cli: Callable[..., Run], new_path: Callable[..., str]) -> None:
