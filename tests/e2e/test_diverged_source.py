@@ -17,6 +17,7 @@ import time
 import urllib.request
 import uuid
 
+import pytest
 from support.env import Env
 from support.histories import recreate_topic, write
 from support.streams import (
@@ -69,6 +70,7 @@ def stop(gws: Gateways, name: str) -> None:
     gws.kill(name, signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_a_source_topic_recreated_under_its_replica_stops_its_partitions_and_nothing_else(env: Env) -> None:
     src, dst = pair(env, {"t": 2, "u": 1})
     produce(env.bs_of(src), sp(src), "t", 60, 2)  # 30 records in each partition

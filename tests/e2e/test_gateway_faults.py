@@ -94,6 +94,7 @@ def progressing(env: Env, dst: str, topics: dict[str, int]) -> bool:
     "noida-db's group coordinator never expires a member that died (SIGKILL): its partitions stay assigned"
     " to it and the restarted gateway's join waits for it, so replication stops (bench/probes/broker_probe.py: kill)"
 )
+@pytest.mark.slow
 def test_three_gateways_one_sigkilled_every_few_seconds(env: Env, newyork_gateways: Gateways) -> None:
     """A gateway is SIGKILLed while the gateways are writing (so in the middle of a batch) and restarted
     at once. Each kill stalls its partitions for the group's session timeout (6 s): a kill is made only
@@ -123,6 +124,7 @@ def test_three_gateways_one_sigkilled_every_few_seconds(env: Env, newyork_gatewa
     " (newyork) is frozen, they rejoin as new members after the thaw, and the rebalance waits for the old"
     " members for good, so replication never resumes (bench/probes/broker_probe.py: frozen)"
 )
+@pytest.mark.slow
 def test_destination_frozen_20s_under_load(env: Env, newyork_gateways: Gateways) -> None:
     src, dst = pair(env, "sanfrancisco", "newyork", TOPICS)
     producer = SteadyProducer(env.bs_of(src), sp(src), TOPICS, rate=3000, tag="frz").start()
@@ -144,6 +146,7 @@ def test_destination_frozen_20s_under_load(env: Env, newyork_gateways: Gateways)
     "noida-db's group coordinator never expires a member that stops heartbeating (here SIGSTOP past its"
     " session), so the other gateway never takes its partitions over (bench/probes/broker_probe.py: kill)"
 )
+@pytest.mark.slow
 def test_gateway_frozen_with_records_queued_writes_none_of_them_after_the_takeover(env: Env) -> None:
     """A gateway frozen (SIGSTOP) past its session while librdkafka still holds records it has not sent: the
     other gateway takes the partitions over and writes on; when the frozen one resumes, the records it had
@@ -196,6 +199,7 @@ def test_gateway_for_an_unknown_cluster(env: Env) -> None:
     assert len(lines) == 1 and "atlantis" in lines[0] and "Traceback" not in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_brokers_at_start_and_in_the_middle(env: Env) -> None:
     """tokyo -> sanfrancisco, whose gateway starts while tokyo (the source) is frozen; then while
     sanfrancisco (the destination) is frozen; then tokyo freezes again in the middle of a run."""

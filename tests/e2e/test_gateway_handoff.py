@@ -14,6 +14,9 @@ from support.streams import Gateways, produce, same_ends, sp, tally, uuid_of, wa
 
 from streamrepl.local import EphemeralClusters
 
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def ec() -> Iterator[EphemeralClusters]:

@@ -15,6 +15,9 @@ from support.streams import Gateways, produce, sp, wait_until
 
 from streamrepl.local import EphemeralClusters
 
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def ec() -> Iterator[EphemeralClusters]:

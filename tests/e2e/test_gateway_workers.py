@@ -25,6 +25,9 @@ from support.streams import Gateways, assert_identical, produce, sp, wait_until
 
 from streamrepl.local import EphemeralClusters
 
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
+
 #: short sessions: on Tansu, which does not honour static membership, the killed worker's old member holds the
 #: rebalance until its session expires
 SESSION_MS = FAST_GROUP["session.timeout.ms"]

@@ -40,6 +40,9 @@ from streamrepl.registry import Cluster
 from streamrepl.replication.membership import SlotGroup
 from streamrepl.replication.stats import GatewayStats
 
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
+
 groups.REQUEST_TIMEOUT = 1.0  # requests that time out while the broker is down, not after it is back
 cluster = Cluster("c", {"bootstrap.servers": sys.argv[1]})
 seats = SlotGroup(cluster, "gw1", 6000, GatewayStats("gw1"), lambda: None, lambda _: None)

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support.streams import Gateways, link, new_stream, new_topics, same_ends, sp, wait_until
 
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
+
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
 
 RECORDS = 110_000  # of 1 KiB: 113 MB in one partition, above librdkafka's 100 MB receive.message.max.bytes
 SIZE = 1024

@@ -83,6 +83,7 @@ def _compare(ec: EphemeralClusters, src: str, dst: str, sent: int) -> None:
     "noida-db's group coordinator never expires a member that died (SIGKILL): its partitions stay assigned"
     " to it and the restarted gateway's join waits for it (bench/probes/broker_probe.py: kill)"
 )
+@pytest.mark.slow
 def test_a_link_read_by_several_consumers_is_replicated_exactly_through_a_sigkill(ec, tmp_path: Path) -> None:
     src, dst = _pair(ec, "strandskill")
     src_bs = ec.brokers["sanfrancisco"].bootstrap

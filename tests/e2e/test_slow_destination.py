@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -24,6 +25,9 @@ from support.throttle import Throttle, free_port
 from streamrepl.local import EphemeralClusters
 from streamrepl.local_brokers import Tansu
 from streamrepl.paths import kafka_topic_name
+
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
 
 RATE = 3_000_000  # bytes/s the destination takes
 RECORDS = 24_000  # of 1 KiB over 4 partitions: 8 s at RATE, all of it queued at once before the fix
