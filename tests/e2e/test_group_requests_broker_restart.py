@@ -25,6 +25,9 @@ from support.clusters import crash_broker
 
 from streamrepl.local import EphemeralClusters
 
+#: long: CI runs it in a step of its own (`-m slow`), out of the default run
+pytestmark = pytest.mark.slow
+
 ROUNDS = 3
 #: seconds the broker stays down: long enough for the child's 1 s requests to time out while it is
 DOWN_SECONDS = 2.5
@@ -39,9 +42,6 @@ from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.registry import Cluster
 from streamrepl.replication.membership import SlotGroup
 from streamrepl.replication.stats import GatewayStats
-
-#: long: CI runs it in a step of its own (`-m slow`), out of the default run
-pytestmark = pytest.mark.slow
 
 groups.REQUEST_TIMEOUT = 1.0  # requests that time out while the broker is down, not after it is back
 cluster = Cluster("c", {"bootstrap.servers": sys.argv[1]})
