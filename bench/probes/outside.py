@@ -1,7 +1,7 @@
 """Probe: the gateway against the idempotent C relay, both clocked by an observer outside them (issue 33).
 
 Run:  .venv/bin/python bench/probes/outside.py [--records 1000000] [--sizes 100,1024] [--partitions 4] [--rounds 2]
-                                              [--json bench/results/probes/outside.json] [--note "..."]
+                                              [--json bench/probes/results/outside.json] [--note "..."]
 
 An independent check of bench/run.py's throughput ratios that shares none of its timing code: run.py is not imported
 (bench/data.py makes the records, bench/relay.c's binary is the relay, the product's CLI sets up the streams and
