@@ -22,7 +22,7 @@ import logging
 import socket
 import ssl
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from . import wire
@@ -60,11 +60,14 @@ class Address:
 class Listen:
     """Where the proxy listens and what it tells clients: `listen` for bootstrapping (broker ports follow it: port+1,
     +2... in the order the brokers are first named, or any free ports when it is 0); `advertise` what clients are
-    told (None: the listening host, or this host's name when that is a wildcard, with the listening ports)."""
+    told (None: the listening host, or this host's name when that is a wildcard, with the listening ports); `sock`
+    the bootstrap port's socket, already listening (a supervised worker's, kept open by its supervisor so that the
+    port stays the same across restarts: `listen`'s port then only says how broker ports are chosen)."""
 
     listen: Address
     advertise: Address | None = None
     tls: ssl.SSLContext | None = None
+    sock: socket.socket | None = None
 
 
 class Upstream:
@@ -303,15 +306,23 @@ class Proxy:
         return {node: _port_of(server) for node, server in self._servers.items()}
 
     async def start(self) -> None:
-        self._bootstrap = await self._serve(self.listen.listen.port, None)
+        if self.listen.sock is not None:
+            self._bootstrap = await asyncio.start_server(
+                self._accepted_by(None), sock=self.listen.sock, ssl=self.listen.tls
+            )
+        else:
+            self._bootstrap = await self._serve(self.listen.listen.port, None)
         self._bootstrap_port = _port_of(self._bootstrap)
         log.info("proxy of cluster %s listening on %s:%d", self.cluster, self.listen.listen.host, self._bootstrap_port)
 
-    async def _serve(self, port: int, node: int | None) -> asyncio.Server:
+    def _accepted_by(self, node: int | None) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._accept(reader, writer, node)
 
-        return await asyncio.start_server(accepted, self.listen.listen.host, port, ssl=self.listen.tls)
+        return accepted
+
+    async def _serve(self, port: int, node: int | None) -> asyncio.Server:
+        return await asyncio.start_server(self._accepted_by(node), self.listen.listen.host, port, ssl=self.listen.tls)
 
     async def _ensure_brokers(self, brokers: Iterable[tuple[int, str, int]]) -> None:
         for node, host, port in brokers:

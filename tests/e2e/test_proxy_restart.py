@@ -7,6 +7,7 @@ the topic, exactly once, read straight from the broker with a plain consumer; an
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -121,10 +122,30 @@ def _read_all(bootstrap: str, topic: str) -> Counter[int]:
         consumer.close()
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def _worker_of(proxy: RunningProxy, not_this: int = 0, timeout: float = 60) -> int:
+    """The pid of the supervised proxy's worker process (another than `not_this`: the one started again)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [c for c in _children(proxy.proc.pid) if c != not_this]
+        if found:
+            return found[0]
+        assert proxy.proc.poll() is None, f"the supervisor exited ({proxy.proc.returncode})"
+        assert time.monotonic() < deadline, "the supervisor started no worker"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "worker SIGKILL"])
 def test_a_proxy_stopped_under_load_loses_no_acknowledged_record(
     how: str, clusters: EphemeralClusters, tmp_path: Path
 ) -> None:
+    """SIGKILL and SIGTERM: an unsupervised proxy (-supervise false, as under systemd's Restart=always), started
+    again by the test. "worker SIGKILL": `proxy start`'s worker process SIGKILLed, started again by its supervisor
+    on the same ports, and the supervisor's SIGTERM drains it (exit 0)."""
     direct = clusters.brokers["sanfrancisco"].bootstrap
     topic = f"proxy-restart-{uuid.uuid4().hex[:8]}"
     _create_topic(direct, topic)
@@ -133,22 +154,31 @@ def test_a_proxy_stopped_under_load_loses_no_acknowledged_record(
     registry = str(clusters.registry_path)
 
     with contextlib.ExitStack() as stack:
+        supervised = how.startswith("worker")
+        args = () if supervised else ("-supervise", "false")
 
         def start() -> RunningProxy:
-            return stack.enter_context(running_proxy("sanfrancisco", registry=registry, log=log, listen=listen))
+            return stack.enter_context(running_proxy("sanfrancisco", *args, registry=registry, log=log, listen=listen))
 
-        first = start()
+        first = last = start()
+        worker = _worker_of(first) if supervised else 0
         load = stack.enter_context(Load(first.bootstrap, topic))
         load.wait_acked(ACKED_EACH_SIDE)
-        if how == "SIGKILL":
+        if supervised:
+            os.kill(worker, signal.SIGKILL)
+            assert _worker_of(first, not_this=worker) != worker  # started again by the supervisor
+        elif how == "SIGKILL":
             assert first.kill() == -signal.SIGKILL
         else:
             assert first.stop() == 0, log.read_text()[-2000:]  # drained: every response already due was delivered
         acked_before = len(load.acked)
-        second = start()  # on the same ports: the producer reconnects by itself
+        if not supervised:
+            last = start()  # on the same ports: the producer reconnects by itself
         load.wait_acked(acked_before + ACKED_EACH_SIDE)
         load.finish()
-        assert second.stop() == 0
+        assert last.stop() == 0, log.read_text()[-2000:]
+        if supervised:
+            assert "worker" in log.read_text() and "died (killed by SIGKILL)" in log.read_text()
     assert not load.errors, load.errors[:3]
     assert len(set(load.acked)) == len(load.acked) == load.sent
 
