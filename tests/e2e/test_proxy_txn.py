@@ -1,7 +1,7 @@
 """The held EndTxn against real brokers: a confluent-kafka transactional producer writing through `proxy start` to a
 stream with a synchronous replica finds, when its commit_transaction returns, the transaction's records in the
 replica (read right after each commit, one gateway running). noida-db brokers of the module's own: transactions
-as Apache Kafka has them (markers taking offsets). The hold itself is unit-tested in tests/unit/test_proxy_txn.py."""
+as Apache Kafka has them (markers taking offsets). The hold itself is unit-tested in tests/unit/test_proxy_end_txn.py."""
 
 from __future__ import annotations
 
