@@ -45,7 +45,7 @@ _streamrepl_options() {
         'local up') echo '-clusters --clusters -dir --dir -broker --broker -tls --tls -noheader --noheader -json --json -h --help -help' ;;
         'produce') echo '-path --path -key --key -partition --partition -header --header -format --format -timeout --timeout -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'proxy') echo '-h --help -help' ;;
-        'proxy start') echo '-cluster --cluster -listen --listen -advertise --advertise -tlscert --tlscert -tlskey --tlskey -metricsport --metricsport -metricsaddr --metricsaddr -synctimeout --synctimeout -syncstall --syncstall -loglevel --loglevel -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
+        'proxy start') echo '-cluster --cluster -listen --listen -advertise --advertise -tlscert --tlscert -tlskey --tlskey -metricsport --metricsport -metricsaddr --metricsaddr -synctimeout --synctimeout -syncstall --syncstall -loglevel --loglevel -supervise --supervise -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
         'stream') echo '-h --help -help' ;;
         'stream assign') echo '-h --help -help' ;;
         'stream assign list') echo '-path --path -consumergroup --consumergroup -topic --topic -partition --partition -clusters --clusters -noheader --noheader -json --json -h --help -help' ;;
@@ -160,6 +160,7 @@ _streamrepl_value() {
         'proxy start|-synctimeout'|'proxy start|--synctimeout') echo 'value' ;;
         'proxy start|-syncstall'|'proxy start|--syncstall') echo 'value' ;;
         'proxy start|-loglevel'|'proxy start|--loglevel') echo 'choice:DEBUG INFO WARNING ERROR' ;;
+        'proxy start|-supervise'|'proxy start|--supervise') echo 'choice:true false yes no' ;;
         'proxy start|-clusters'|'proxy start|--clusters') echo 'file' ;;
         'stream assign list|-path'|'stream assign list|--path') echo 'value' ;;
         'stream assign list|-consumergroup'|'stream assign list|--consumergroup') echo 'value' ;;

@@ -78,6 +78,9 @@ class Holds:
         self._links: dict[tuple[str, str], tuple[SyncLink, Callable[[], None]]] = {}
         self._changed = False
         self._prefixes: list[bytes] = []
+        #: transactional id -> (Kafka topic, partition) -> the last offset its open transaction wrote there, of the
+        #: topics of streams with a synchronous replica (what the EndTxn that commits it waits for)
+        self.transactions: dict[str, dict[tuple[str, int], int]] = {}
 
     # -- what is held ----------------------------------------------------------------------------
     @property
@@ -119,6 +122,17 @@ class Holds:
         else:
             self.stats.unconfirmed += 1
         return all(outcomes)
+
+    # -- transactions ------------------------------------------------------------------------------
+    def txn_written(self, txn: str, produced: dict[tuple[str, int], int]) -> None:
+        """A transactional Produce to synchronous topics was answered: remember what it wrote, for the commit."""
+        wrote = self.transactions.setdefault(txn, {})
+        for k, last in produced.items():
+            wrote[k] = max(wrote.get(k, -1), last)
+
+    def txn_end(self, txn: str) -> dict[tuple[str, int], int]:
+        """What the transaction `txn` wrote to synchronous topics, forgotten (it ends, committed or aborted)."""
+        return self.transactions.pop(txn, {})
 
     # -- the cluster's streams ---------------------------------------------------------------------
     def apply(self, targets: dict[str, list[Target]]) -> None:

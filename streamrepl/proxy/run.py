@@ -64,6 +64,18 @@ def upstream_of(cluster: Cluster) -> Upstream:
     return Upstream(bootstrap_addresses(cluster), tls)
 
 
+def listening_socket(address: Address) -> socket.socket:
+    """The bootstrap port's socket, bound and listening (as asyncio's servers are: SO_REUSEADDR), for a supervisor
+    to keep open across its worker's restarts. A port in use is an InvalidArgument."""
+    try:
+        family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+        return socket.create_server((address.host, address.port), family=family, backlog=100)
+    except OSError as e:
+        raise InvalidArgument(
+            f"cannot listen on {address}: {e.strerror or e}; pick another -listen address or port"
+        ) from None
+
+
 def server_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     """The TLS of the proxy's own listeners (-tlscert/-tlskey), None without."""
     if cert is None and key is None:

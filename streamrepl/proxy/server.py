@@ -22,7 +22,7 @@ import logging
 import socket
 import ssl
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from . import wire
@@ -38,6 +38,9 @@ CONNECT_SECONDS = 10.0
 #: A held Produce is answered this long before its request's timeout_ms runs out (the client's own timer started
 #: before the proxy's, and the answer has a way to go).
 HOLD_MARGIN = 0.2
+#: The longest a held EndTxn waits (it has no timeout of its own; clients' request timeouts are 30 s by default). The
+#: latency limit (-synctimeout) ends a hold long before.
+END_TXN_HOLD_SECONDS = 25.0
 
 #: SaslHandshake v0: how many unframed token exchanges follow, by mechanism.
 _RAW_SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
@@ -60,11 +63,14 @@ class Address:
 class Listen:
     """Where the proxy listens and what it tells clients: `listen` for bootstrapping (broker ports follow it: port+1,
     +2... in the order the brokers are first named, or any free ports when it is 0); `advertise` what clients are
-    told (None: the listening host, or this host's name when that is a wildcard, with the listening ports)."""
+    told (None: the listening host, or this host's name when that is a wildcard, with the listening ports); `sock`
+    the bootstrap port's socket, already listening (a supervised worker's, kept open by its supervisor so that the
+    port stays the same across restarts: `listen`'s port then only says how broker ports are chosen)."""
 
     listen: Address
     advertise: Address | None = None
     tls: ssl.SSLContext | None = None
+    sock: socket.socket | None = None
 
 
 class Upstream:
@@ -123,6 +129,10 @@ class _Pending:
     #: a Produce whose response is held (holds.py): records per partition of the topics held, and until when
     held: dict[wire.Partition, int] | None = None
     deadline: float = 0.0
+    #: a transactional Produce (with `held`): its transactional id, under which what it wrote is remembered
+    txn: str | None = None
+    #: an EndTxn committing a transaction that wrote synchronous topics: the last offsets it wrote, held for
+    end_txn: dict[wire.Partition, int] | None = None
 
 
 @dataclass(eq=False)  # kept in a set, by identity
@@ -186,6 +196,8 @@ class Connection:
                         entry = None  # no response comes back: nothing to hold
                     elif self.proxy.holds is not None and self.proxy.holds.active:
                         self._to_hold(entry, frame, produce)
+                elif head.api_key == wire.END_TXN and self.proxy.holds is not None and self.proxy.holds.transactions:
+                    self._to_hold_end_txn(entry, frame)
                 elif head.api_key == wire.SASL_HANDSHAKE and head.api_version == 0:
                     entry.sasl_mechanism = wire.sasl_mechanism(frame)
             if entry is not None:
@@ -208,12 +220,53 @@ class Connection:
         held = {k: n for k, n in counts.items() if n > 0 and holds.links_of(k[0]) is not None}
         if not held:
             return
-        if produce.transactional_id is not None:
-            holds.stats.transactional += 1  # reaches the replica once committed: not held (docs/proxy.md)
-            return
         entry.held = held
+        if produce.transactional_id is not None:
+            # Reaches the replica once committed: answered at once, what it wrote remembered for its EndTxn.
+            holds.stats.transactional += 1
+            entry.txn = produce.transactional_id
+            return
         # Within the request's own timeout, from when it came: the client waits no longer than that.
         entry.deadline = holds.clock() + max(produce.timeout_ms / 1000 - HOLD_MARGIN, 0.0)
+
+    def _to_hold_end_txn(self, entry: _Pending, frame: bytes) -> None:
+        """Mark an EndTxn that commits a transaction which wrote synchronous topics: its response waits for them."""
+        holds = self.proxy.holds
+        assert holds is not None and entry.head is not None
+        try:
+            txn, commit = wire.end_txn_request(frame, entry.head)
+        except Exception as e:  # noqa: BLE001 - passed, not held
+            log.warning("EndTxn v%d not read, its response is not held: %s", entry.head.api_version, e)
+            return
+        wrote = holds.txn_end(txn)
+        if commit and wrote:
+            entry.end_txn = wrote
+            entry.deadline = holds.clock() + END_TXN_HOLD_SECONDS
+
+    def _txn_written(self, entry: _Pending, frame: bytes) -> None:
+        """A transactional Produce's response: what it wrote, remembered under its transactional id."""
+        holds = self.proxy.holds
+        assert holds is not None and entry.head is not None and entry.held is not None and entry.txn is not None
+        try:
+            offsets = wire.produce_offsets(entry.head, frame)
+        except Exception as e:  # noqa: BLE001 - its commit will not wait for it
+            log.warning(
+                "Produce response v%d not read, its transaction's commit is not held: %s", entry.head.api_version, e
+            )
+            return
+        holds.txn_written(entry.txn, {k: offsets[k] + n - 1 for k, n in entry.held.items() if k in offsets})
+
+    async def _hold_end_txn(self, entry: _Pending, frame: bytes) -> None:
+        holds = self.proxy.holds
+        assert holds is not None and entry.head is not None and entry.end_txn is not None
+        try:
+            ok = wire.end_txn_ok(entry.head, frame)
+        except Exception as e:  # noqa: BLE001 - passed as it came
+            log.warning("EndTxn response v%d not read, not held: %s", entry.head.api_version, e)
+            return
+        if ok:
+            holds.stats.end_txn += 1
+            await holds.hold(entry.end_txn, entry.deadline)
 
     async def _hold(self, entry: _Pending, frame: bytes) -> None:
         """Wait until the synchronous replicas hold what the Produce wrote (or fall back, or its timeout)."""
@@ -236,9 +289,13 @@ class Connection:
             head = entry.head
             if head is not None:
                 self.proxy.stats.response(len(frame))
-                if entry.held is not None:
+                if entry.txn is not None:
+                    self._txn_written(entry, frame)
+                elif entry.held is not None:
                     # Held here, in line: the responses after it on this connection wait too (their order is kept).
                     await self._hold(entry, frame)
+                elif entry.end_txn is not None:
+                    await self._hold_end_txn(entry, frame)
                 elif head.api_key in wire.REWRITTEN or head.api_key == wire.API_VERSIONS:
                     frame = await self.proxy.rewrite(head, frame)
                 elif head.api_key == wire.SASL_HANDSHAKE and entry.sasl_mechanism and wire.sasl_handshake_ok(frame):
@@ -303,15 +360,23 @@ class Proxy:
         return {node: _port_of(server) for node, server in self._servers.items()}
 
     async def start(self) -> None:
-        self._bootstrap = await self._serve(self.listen.listen.port, None)
+        if self.listen.sock is not None:
+            self._bootstrap = await asyncio.start_server(
+                self._accepted_by(None), sock=self.listen.sock, ssl=self.listen.tls
+            )
+        else:
+            self._bootstrap = await self._serve(self.listen.listen.port, None)
         self._bootstrap_port = _port_of(self._bootstrap)
         log.info("proxy of cluster %s listening on %s:%d", self.cluster, self.listen.listen.host, self._bootstrap_port)
 
-    async def _serve(self, port: int, node: int | None) -> asyncio.Server:
+    def _accepted_by(self, node: int | None) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._accept(reader, writer, node)
 
-        return await asyncio.start_server(accepted, self.listen.listen.host, port, ssl=self.listen.tls)
+        return accepted
+
+    async def _serve(self, port: int, node: int | None) -> asyncio.Server:
+        return await asyncio.start_server(self._accepted_by(node), self.listen.listen.host, port, ssl=self.listen.tls)
 
     async def _ensure_brokers(self, brokers: Iterable[tuple[int, str, int]]) -> None:
         for node, host, port in brokers:

@@ -14,7 +14,8 @@ gateway's are (replication/metrics.py). Metrics (label `cluster`):
   streamrepl_proxy_held_confirmed_total of them answered once every synchronous replica held the records,
   streamrepl_proxy_held_unconfirmed_total without (a replica fallen back, or the request's timeout);
   streamrepl_proxy_held_seconds_total: the time they were held, summed;
-  streamrepl_proxy_transactional_not_held_total: transactional Produces to synchronous streams, answered at once
+  streamrepl_proxy_transactional_not_held_total: transactional Produces to synchronous streams, answered at once;
+  streamrepl_proxy_end_txn_held_total: EndTxn responses held instead (commits of the transactions that wrote them)
 - streamrepl_proxy_link_synchronous{link}: 1 while the link (`/src->/replica`) is synchronous, 0 fallen back;
   streamrepl_proxy_link_fallbacks_total{link}, streamrepl_proxy_link_recoveries_total{link}
 """
@@ -115,6 +116,11 @@ def _hold_metrics(cluster: str, h: HoldStats) -> Iterator[Any]:
             "streamrepl_proxy_transactional_not_held",
             "Transactional Produces to synchronous streams, not held.",
             h.transactional,
+        ),
+        (
+            "streamrepl_proxy_end_txn_held",
+            "EndTxn responses held until the replicas hold what the transaction wrote.",
+            h.end_txn,
         ),
     ):
         c = CounterMetricFamily(name, doc, labels=["cluster"])

@@ -17,7 +17,8 @@ of each partition in the response + the records the request carried for it - 1),
   reads another live proxy's report of a fallback newer than its own last change falls back too: the fallback is
   shared by every proxy of the cluster.
 - Transactional Produces are not held (the gateway reads committed records only: they reach the replica once the
-  transaction commits); neither are their EndTxn responses (see docs/proxy.md).
+  transaction commits): what they wrote is remembered per transactional id (holds.py), and the EndTxn response that
+  commits the transaction is held instead, until the replicas hold those records (server.py).
 
 Time is an injected clock (`clock`, `sleep`), so the unit tests run with no real waiting.
 """
@@ -214,7 +215,8 @@ class HoldStats:
     held: int = 0  # Produce responses held
     confirmed: int = 0  # answered once every synchronous replica held the records
     unconfirmed: int = 0  # answered without: a link asynchronous, or the request's timeout
-    transactional: int = 0  # transactional Produces to synchronous topics, answered at once
+    transactional: int = 0  # transactional Produces to synchronous topics, answered at once (their EndTxn is held)
+    end_txn: int = 0  # EndTxn responses (commits of transactions that wrote synchronous topics) held
     seconds: float = 0.0  # the time responses were held, summed
     links: dict[str, LinkState] = field(default_factory=dict)
 

@@ -25,8 +25,17 @@ END_TXN = 26
 DESCRIBE_CLUSTER = 60
 
 #: The highest version of each API the proxy lets a client use: Produce v10+ and Fetch v16+ carry broker endpoints
-#: (in NOT_LEADER errors) that the proxy would have to rewrite; the others are the newest kafka-python decodes.
-VERSION_CAPS = {PRODUCE: 9, FETCH: 15, METADATA: 13, FIND_COORDINATOR: 6, DESCRIBE_CLUSTER: 2, API_VERSIONS: 4}
+#: (in NOT_LEADER errors) that the proxy would have to rewrite; the others are the newest kafka-python decodes (EndTxn:
+#: the proxy reads the requests that end a transaction which wrote a synchronous stream, and their answers).
+VERSION_CAPS = {
+    PRODUCE: 9,
+    FETCH: 15,
+    METADATA: 13,
+    FIND_COORDINATOR: 6,
+    DESCRIBE_CLUSTER: 2,
+    API_VERSIONS: 4,
+    END_TXN: 5,
+}
 
 #: Responses that name brokers: rewritten to name the proxy.
 REWRITTEN = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
@@ -208,3 +217,18 @@ def produce_offsets(head: RequestHead, frame: bytes) -> dict[Partition, int]:
         for part in topic.partition_responses
         if part.error_code == 0 and part.base_offset >= 0
     }
+
+
+def end_txn_request(frame: bytes, head: RequestHead) -> tuple[str, bool]:
+    """The transactional id of an EndTxn request, and whether it commits (False: aborts)."""
+    from kafka.protocol.producer.transaction import EndTxnRequest
+
+    request = EndTxnRequest.decode(frame, version=head.api_version, header=True)
+    return str(request.transactional_id), bool(request.committed)
+
+
+def end_txn_ok(head: RequestHead, frame: bytes) -> bool:
+    """Whether an EndTxn response says the transaction ended (error code 0)."""
+    from kafka.protocol.producer.transaction import EndTxnResponse
+
+    return int(EndTxnResponse.decode(frame, version=head.api_version, header=True).error_code) == 0

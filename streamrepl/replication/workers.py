@@ -113,7 +113,8 @@ class Worker:
 
 class Supervisor:
     """`spawn(worker)` starts a worker's process (`worker.k` 1..N, its id, restarts and last exit); `clock` and
-    `sleep` are injectable so that the unit tests run without processes or waiting."""
+    `sleep` are injectable so that the unit tests run without processes or waiting. `kind` is what the workers are,
+    in the log ("gateway", or "proxy" for `proxy start`'s supervisor, which is this one with one worker)."""
 
     def __init__(
         self,
@@ -123,7 +124,10 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         backoff: float = BACKOFF_SECONDS,
+        kind: str = "gateway",
     ):
+        self.kind = kind
+        self._log = log if kind == "gateway" else logging.getLogger(f"streamrepl.{kind}")
         self.workers = [Worker(k, worker_id(gateway_id, k, count), backoff=backoff) for k in range(1, count + 1)]
         self.gateway_id = gateway_id
         #: the signal to forward (0: none yet); a plain attribute, so that a signal handler may set it
@@ -149,7 +153,7 @@ class Supervisor:
         for w in self.workers:
             self._start(w)
         if len(self.workers) > 1:
-            log.info("gateway %s: started %d workers", self.gateway_id, len(self.workers))
+            self._log.info("%s %s: started %d workers", self.kind, self.gateway_id, len(self.workers))
         while not self.step():
             self._sleep(POLL_SECONDS)
         if self.final is not None:
@@ -189,8 +193,9 @@ class Supervisor:
                 self.final = exits.final_error(code, words, w.id)
                 others = [o.id for o in self.workers if o.proc is not None]
                 if others:
-                    log.error(
-                        "gateway %s: worker %s stopped for good (%s: %s); stopping %s",
+                    self._log.error(
+                        "%s %s: worker %s stopped for good (%s: %s); stopping %s",
+                        self.kind,
                         self.gateway_id,
                         w.id,
                         exits.FINAL[code],
@@ -203,12 +208,17 @@ class Supervisor:
         if self.stop_signal:
             w.final = code
             if code != 0:
-                log.warning("gateway %s: worker %s stopped with %s", self.gateway_id, w.id, describe_exit(code))
+                self._log.warning(
+                    "%s %s: worker %s stopped with %s", self.kind, self.gateway_id, w.id, describe_exit(code)
+                )
             return
         if code == 0:
             w.final = code
-            log.warning(
-                "gateway %s: worker %s stopped on its own (exit status 0); not started again", self.gateway_id, w.id
+            self._log.warning(
+                "%s %s: worker %s stopped on its own (exit status 0); not started again",
+                self.kind,
+                self.gateway_id,
+                w.id,
             )
             return
         if now - w.started >= RAN_LONG_SECONDS:
@@ -216,8 +226,9 @@ class Supervisor:
         w.restart_at = now + w.backoff
         w.restarts += 1
         w.last_exit = exit_text(code)
-        log.warning(
-            "gateway %s: worker %s died (%s); starting it again in %.1f s (restart %d)",
+        self._log.warning(
+            "%s %s: worker %s died (%s); starting it again in %.1f s (restart %d)",
+            self.kind,
             self.gateway_id,
             w.id,
             describe_exit(code),
@@ -241,13 +252,13 @@ def _die_with_parent() -> None:
 class WorkerProcess:
     """A worker's process and the read end of the pipe on which it may give its last words."""
 
-    def __init__(self, argv: list[str], words_fd: int, words_read: int):
+    def __init__(self, argv: list[str], words_fd: int, words_read: int, keep_fds: tuple[int, ...] = ()):
         import subprocess
 
         try:
             self.popen = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 argv,
-                pass_fds=(words_fd,),
+                pass_fds=(words_fd, *keep_fds),
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads here
             )
         finally:
@@ -272,9 +283,13 @@ class WorkerProcess:
         return self._words
 
 
-def spawn_gateway(argv: Callable[[Worker, int], list[str]]) -> Callable[[Worker], Process]:
+def spawn_gateway(
+    argv: Callable[[Worker, int], list[str]], keep_fds: tuple[int, ...] = ()
+) -> Callable[[Worker], Process]:
     """The real spawn: `argv(worker, fd)` is the worker's command line, `fd` the pipe it gives its last words on
-    (exits.tell_supervisor); its output goes where the supervisor's goes."""
+    (exits.tell_supervisor); its output goes where the supervisor's goes. `keep_fds`: more of the supervisor's
+    descriptors the worker inherits (`proxy start`'s listening socket, so that a restarted worker listens on the
+    same port and the connections made meanwhile wait in its backlog)."""
 
     def spawn(w: Worker) -> Process:
         read, write = os.pipe()
@@ -285,7 +300,7 @@ def spawn_gateway(argv: Callable[[Worker, int], list[str]]) -> Callable[[Worker]
             os.close(read)
             raise
         try:
-            return WorkerProcess(args, write, read)
+            return WorkerProcess(args, write, read, keep_fds)
         except BaseException:
             os.close(read)
             raise

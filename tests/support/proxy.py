@@ -40,6 +40,12 @@ class RunningProxy:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout)
 
+    def kill(self) -> int:
+        """SIGKILL: no drain."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait(30)
+
 
 def _read_envelope(proc: subprocess.Popen[str]) -> dict[str, Any]:
     """The JSON envelope the proxy prints once it listens (indented: it ends at a line '}')."""
@@ -54,14 +60,14 @@ def _read_envelope(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_proxy(
-    cluster: str, *args: str, registry: str | None = None, log: Path | None = None
+    cluster: str, *args: str, registry: str | None = None, log: Path | None = None, listen: str = "127.0.0.1:0"
 ) -> Iterator[RunningProxy]:
     env = dict(os.environ)
     if registry is not None:
         env["STREAMREPL_CLUSTERS"] = registry
-    stderr = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    stderr = open(log, "a") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [STREAMREPL_BIN, "proxy", "start", "-json", "-cluster", cluster, "-listen", "127.0.0.1:0", *args],
+        [STREAMREPL_BIN, "proxy", "start", "-json", "-cluster", cluster, "-listen", listen, *args],
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
@@ -76,6 +82,26 @@ def running_proxy(
         proc.wait(30)
         if log is not None:
             stderr.close()  # type: ignore[union-attr]
+
+
+def free_port_pair() -> int:
+    """A port P of loopback with P+1 free too (the proxy's bootstrap port and its one broker's), for a proxy started
+    again on the same ports."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = int(a.getsockname()[1])
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+    raise AssertionError("no two free ports in a row on loopback")
 
 
 def kafkajs() -> Path:
