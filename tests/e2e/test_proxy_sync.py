@@ -68,7 +68,14 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    # Brokers of its own: a gateway on the session's shared clusters takes up every stream earlier modules left there
+    # (in a full run it had not copied the warm-up record after 120 s).
+    with EphemeralClusters(["sanfrancisco", "newyork"]) as clusters:
+        yield from _setup(clusters, tmp_path_factory)
+
+
+def _setup(clusters: EphemeralClusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     reg = registry.load(str(clusters.registry_path))
     sync, plain = _pair(reg, True), _pair(reg, False)
     logs = tmp_path_factory.mktemp("proxy-sync")
