@@ -9,7 +9,7 @@ import asyncio
 import struct
 
 from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
-from test_proxy_server import FakeBroker, _produce, _produce_answer, run
+from support.proxy_fakes import FakeBroker, produce_answer, produce_request, run
 
 from streamrepl.paths import StreamPath, kafka_topic_name
 from streamrepl.proxy import wire
@@ -28,7 +28,7 @@ def _end_txn(correlation_id: int, txn: str, commit: bool, version: int = 3) -> b
 
 
 def _broker_answer(base_offset: int):  # type: ignore[no-untyped-def]
-    produce = _produce_answer(base_offset)
+    produce = produce_answer(base_offset)
 
     async def answer(me: FakeBroker, frame: bytes) -> bytes | None:
         head = wire.request_head(frame)
@@ -69,8 +69,8 @@ def test_the_end_txn_that_commits_waits_for_the_replica_to_hold_what_the_transac
             return got
 
         # The transaction's Produces: answered at once (records 40-42 of the synchronous stream, and another topic).
-        await exchange(leader, _produce(1, SYNC, 3, txn="tx"))
-        await exchange(leader, _produce(2, PLAIN, 5, txn="tx"))
+        await exchange(leader, produce_request(1, SYNC, 3, txn="tx"))
+        await exchange(leader, produce_request(2, PLAIN, 5, txn="tx"))
         assert asked == [] and holds.stats.transactional == 1
 
         # Its commit, on the coordinator's connection: held until the replica holds offset 42.
@@ -86,9 +86,9 @@ def test_the_end_txn_that_commits_waits_for_the_replica_to_hold_what_the_transac
         # An abort, and a commit of a transaction that wrote no synchronous stream: answered at once.
         replica_end["now"] = 0
         asked.clear()
-        await exchange(leader, _produce(4, SYNC, 2, txn="tx2"))
+        await exchange(leader, produce_request(4, SYNC, 2, txn="tx2"))
         await exchange(coordinator, _end_txn(5, "tx2", commit=False))
-        await exchange(leader, _produce(6, PLAIN, 2, txn="tx3"))
+        await exchange(leader, produce_request(6, PLAIN, 2, txn="tx3"))
         await exchange(coordinator, _end_txn(7, "tx3", commit=True, version=0))
         # tx2's abort forgot its writes: its next transaction's commit waits for nothing it wrote before.
         await exchange(coordinator, _end_txn(8, "tx2", commit=True, version=5))

@@ -6,106 +6,32 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.sasl import SaslHandshakeRequest
+from support.proxy_fakes import (
+    OTHER_API,
+    FakeBroker,
+    exchange,
+    metadata_answer,
+    produce_answer,
+    produce_request,
+    request,
+    run,
+    start_proxy,
+)
 
 from streamrepl.proxy import wire
 from streamrepl.proxy.server import Address, Listen, Proxy, Upstream, read_frame, write_frame
-
-OTHER_API = 99  # an API the proxy knows nothing of: passed as it came
-
-
-class FakeBroker:
-    """Answers each frame with what `answer(frame)` returns (None: no answer); keeps every frame it was sent."""
-
-    def __init__(self, node_id: int, answer: Callable[[FakeBroker, bytes], Awaitable[bytes | None]]):
-        self.node_id = node_id
-        self.answer = answer
-        self.received: list[bytes] = []
-        self.port = 0
-        #: unframed SASL tokens still to come (SaslHandshake v0 with SCRAM: two)
-        self.raw_tokens = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while (frame := await read_frame(reader)) is not None:
-            self.received.append(frame)
-            reply = await self.answer(self, frame)
-            if reply is not None:
-                write_frame(writer, reply)
-                await writer.drain()
-        writer.close()
-
-
-def metadata_answer(brokers: list[FakeBroker]) -> Callable[[FakeBroker, bytes], Awaitable[bytes | None]]:
-    async def answer(me: FakeBroker, frame: bytes) -> bytes | None:
-        if me.raw_tokens:
-            me.raw_tokens -= 1
-            return b"raw-answer-to:" + frame
-        head = wire.request_head(frame)
-        if head.api_key == wire.METADATA:
-            b = MetadataResponse.MetadataResponseBroker
-            response = MetadataResponse[head.api_version](
-                throttle_time_ms=0,
-                brokers=[b(node_id=x.node_id, host="127.0.0.1", port=x.port, rack=None, version=1) for x in brokers],
-                controller_id=brokers[0].node_id,
-                topics=[],
-            )
-            response.with_header(correlation_id=head.correlation_id)
-            return bytes(response.encode(header=True))
-        if head.api_key == wire.PRODUCE and wire.produce_head(frame, head).acks == 0:
-            return None
-        if head.api_key == wire.SASL_HANDSHAKE:
-            me.raw_tokens = 2
-            return struct.pack(">ihi", head.correlation_id, 0, 0)  # accepted; no mechanisms listed
-        if head.api_key == OTHER_API and head.api_version == 1:
-            await asyncio.sleep(0.3)  # a slow answer (a drain waits for it)
-        # An arbitrary body: the broker's node and the request's bytes after the correlation id.
-        return struct.pack(">ii", head.correlation_id, me.node_id) + frame[8:]
-
-    return answer
-
-
-def request(api_key: int, version: int, correlation_id: int, body: bytes = b"payload\x00\xff") -> bytes:
-    return struct.pack(">hhi", api_key, version, correlation_id) + b"\x00\x03app" + body
-
-
-def run(coro: Awaitable[Any]) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 30))  # type: ignore[arg-type]
-
-
-async def _proxy(brokers: list[FakeBroker]) -> Proxy:
-    for b in brokers:
-        await b.start()
-        b.answer = metadata_answer(brokers)
-    proxy = Proxy("c", Upstream([Address("127.0.0.1", brokers[0].port)], None), Listen(Address("127.0.0.1", 0)))
-    await proxy.start()
-    return proxy
-
-
-async def _exchange(port: int, frames: list[bytes], answers: int) -> list[bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for frame in frames:
-        write_frame(writer, frame)
-    await writer.drain()
-    got = [f for _ in range(answers) if (f := await read_frame(reader)) is not None]
-    writer.close()
-    return got
 
 
 def test_requests_and_responses_pass_byte_for_byte() -> None:
     async def scenario() -> None:
         broker = FakeBroker(1, metadata_answer([]))
-        proxy = await _proxy([broker])
+        proxy = await start_proxy([broker])
         sent = [request(OTHER_API, 0, n, bytes(range(256)) * n) for n in range(1, 4)]
-        got = await _exchange(proxy.bootstrap_port, sent, 3)
+        got = await exchange(proxy.bootstrap_port, sent, 3)
         assert broker.received == sent
         assert got == [struct.pack(">ii", n, 1) + sent[n - 1][8:] for n in range(1, 4)]
 
@@ -115,19 +41,19 @@ def test_requests_and_responses_pass_byte_for_byte() -> None:
 def test_metadata_names_the_proxy_and_each_broker_port_reaches_its_broker() -> None:
     async def scenario() -> None:
         brokers = [FakeBroker(1, metadata_answer([])), FakeBroker(2, metadata_answer([]))]
-        proxy = await _proxy(brokers)
+        proxy = await start_proxy(brokers)
         from kafka.protocol.metadata import MetadataRequest
 
         ask = MetadataRequest[1](topics=None)
         ask.with_header(correlation_id=11, client_id="app")
-        (answer,) = await _exchange(proxy.bootstrap_port, [bytes(ask.encode(header=True))], 1)
+        (answer,) = await exchange(proxy.bootstrap_port, [bytes(ask.encode(header=True))], 1)
         named = MetadataResponse.decode(answer, version=1, header=True)
         ports = {b.node_id: b.port for b in named.brokers}
         assert {b.host for b in named.brokers} == {"127.0.0.1"}
         assert set(ports.values()).isdisjoint({b.port for b in brokers}) and proxy.bootstrap_port not in ports.values()
         assert ports == proxy.broker_ports()
         for b in brokers:
-            (reply,) = await _exchange(ports[b.node_id], [request(OTHER_API, 0, 5)], 1)
+            (reply,) = await exchange(ports[b.node_id], [request(OTHER_API, 0, 5)], 1)
             assert struct.unpack_from(">ii", reply) == (5, b.node_id)
 
     run(scenario())
@@ -136,11 +62,11 @@ def test_metadata_names_the_proxy_and_each_broker_port_reaches_its_broker() -> N
 def test_acks_0_produce_waits_for_no_answer() -> None:
     async def scenario() -> None:
         broker = FakeBroker(1, metadata_answer([]))
-        proxy = await _proxy([broker])
+        proxy = await start_proxy([broker])
         fire = ProduceRequest[7](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
         fire.with_header(correlation_id=1, client_id="app")
         # The answer to the request after it is read as that request's (not as the acks=0 Produce's).
-        got = await _exchange(proxy.bootstrap_port, [bytes(fire.encode(header=True)), request(OTHER_API, 0, 2)], 1)
+        got = await exchange(proxy.bootstrap_port, [bytes(fire.encode(header=True)), request(OTHER_API, 0, 2)], 1)
         assert struct.unpack_from(">i", got[0]) == (2,)
 
     run(scenario())
@@ -149,7 +75,7 @@ def test_acks_0_produce_waits_for_no_answer() -> None:
 def test_sasl_handshake_v0_tokens_pass_unframed() -> None:
     async def scenario() -> None:
         broker = FakeBroker(1, metadata_answer([]))
-        proxy = await _proxy([broker])
+        proxy = await start_proxy([broker])
         hello = SaslHandshakeRequest[0](mechanism="SCRAM-SHA-256")
         hello.with_header(correlation_id=1, client_id="app")
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
@@ -170,7 +96,7 @@ def test_sasl_handshake_v0_tokens_pass_unframed() -> None:
 def test_a_drain_delivers_the_answers_due_then_closes() -> None:
     async def scenario() -> None:
         broker = FakeBroker(1, metadata_answer([]))
-        proxy = await _proxy([broker])
+        proxy = await start_proxy([broker])
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
         write_frame(writer, request(OTHER_API, 1, 7))  # answered after 0.3 s
         await writer.drain()
@@ -191,58 +117,6 @@ def test_a_drain_delivers_the_answers_due_then_closes() -> None:
 
 
 # -- the held Produce (holds.py) --------------------------------------------------------------------------------------
-def _produce_answer(base_offset: int) -> Callable[[FakeBroker, bytes], Awaitable[bytes | None]]:
-    """A broker that writes every Produce at `base_offset` and answers anything else as metadata_answer does."""
-    from kafka.protocol.producer import ProduceResponse
-
-    other = metadata_answer([])
-
-    async def answer(me: FakeBroker, frame: bytes) -> bytes | None:
-        head = wire.request_head(frame)
-        if head.api_key != wire.PRODUCE:
-            return await other(me, frame)
-        req = ProduceRequest.decode(frame, version=head.api_version, header=True)
-        topic = ProduceResponse.TopicProduceResponse
-        part = topic.PartitionProduceResponse
-        response = ProduceResponse[head.api_version](
-            responses=[
-                topic(
-                    name=t.name,
-                    partition_responses=[
-                        part(index=p.index, error_code=0, base_offset=base_offset, log_append_time_ms=-1)
-                        for p in t.partition_data
-                    ],
-                )
-                for t in req.topic_data
-            ],
-            throttle_time_ms=0,
-        )
-        response.with_header(correlation_id=head.correlation_id)
-        return bytes(response.encode(header=True))
-
-    return answer
-
-
-def _produce(correlation_id: int, topic: str, records: int, txn: str | None = None) -> bytes:
-    from kafka.record.memory_records import MemoryRecordsBuilder
-
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
-    for i in range(records):
-        builder.append(timestamp=None, key=None, value=b"v%d" % i, headers=[])
-    builder.close()
-    data = ProduceRequest.TopicProduceData
-    message = ProduceRequest[7](
-        transactional_id=txn,
-        acks=-1,
-        timeout_ms=60_000,
-        topic_data=[
-            data(name=topic, partition_data=[data.PartitionProduceData(index=0, records=bytes(builder.buffer()))])
-        ],
-    )
-    message.with_header(correlation_id=correlation_id, client_id="app")
-    return bytes(message.encode(header=True))
-
-
 def test_a_held_produce_is_answered_once_the_replica_holds_it_and_holds_what_follows_on_its_connection() -> None:
     from streamrepl.paths import StreamPath, kafka_topic_name
     from streamrepl.proxy.holds import Holds, Target
@@ -262,7 +136,7 @@ def test_a_held_produce_is_answered_once_the_replica_holds_it_and_holds_what_fol
 
         holds = Holds("c", lambda: {}, lambda target: (end, lambda: None), Limits(timeout=60, stall=60))
         holds.apply({"/c/s": [Target("/c/s", "/ny/s", StreamPath("ny", "/s"), None)]})
-        broker = FakeBroker(1, _produce_answer(40))
+        broker = FakeBroker(1, produce_answer(40))
         await broker.start()
         proxy = Proxy(
             "c", Upstream([Address("127.0.0.1", broker.port)], None), Listen(Address("127.0.0.1", 0)), holds=holds
@@ -277,19 +151,19 @@ def test_a_held_produce_is_answered_once_the_replica_holds_it_and_holds_what_fol
                 got.append(frame)
 
         # A Produce to a stream without a synchronous replica: answered without a question about any replica.
-        write_frame(writer, _produce(1, plain_topic, 2))
+        write_frame(writer, produce_request(1, plain_topic, 2))
         await writer.drain()
         await read(1)
         assert asked == [] and holds.stats.held == 0
 
         # A transactional Produce: not held (its records reach the replica once committed).
-        write_frame(writer, _produce(2, sync_topic, 2, txn="tx"))
+        write_frame(writer, produce_request(2, sync_topic, 2, txn="tx"))
         await writer.drain()
         await read(1)
         assert asked == [] and holds.stats.transactional == 1
 
         # 3 records written at 40-42, then a request of another API on the same connection.
-        write_frame(writer, _produce(3, sync_topic, 3))
+        write_frame(writer, produce_request(3, sync_topic, 3))
         write_frame(writer, request(OTHER_API, 0, 4))
         await writer.drain()
         reading = asyncio.ensure_future(read(2))

@@ -14,7 +14,7 @@ import struct
 import click
 import pytest
 from click.testing import CliRunner
-from test_proxy_server import OTHER_API, FakeBroker, metadata_answer, request, run
+from support.proxy_fakes import OTHER_API, FakeBroker, metadata_answer, request, run
 
 from streamrepl.commands.proxy import _worker_args
 from streamrepl.proxy.run import listening_socket
