@@ -172,7 +172,7 @@ def trickle_cpu(
 
 def set_up(reg: object, streams: int, topics: int, partitions: int) -> list[str]:
     """Source streams with their topics, each with a running replica; returns the source Kafka topics."""
-    from streamrepl import replicas
+    from streamrepl import replicas, stream_ops
     from streamrepl import streams as streams_api
     from streamrepl import topics as topics_api
     from streamrepl.paths import kafka_topic_name
@@ -180,11 +180,11 @@ def set_up(reg: object, streams: int, topics: int, partitions: int) -> list[str]
     out = []
     for i in range(streams):
         src, dst = f"/{SRC}/s{i}", f"/{DST}/s{i}"
-        streams_api.create(reg, src, {"defaultpartitions": partitions})  # type: ignore[arg-type]
+        stream_ops.create(reg, src, {"defaultpartitions": partitions})  # type: ignore[arg-type]
         for j in range(topics):
             topics_api.create(reg, src, f"t{j}")  # type: ignore[arg-type]
             out.append(kafka_topic_name(streams_api.resolve(reg, src).path, f"t{j}"))  # type: ignore[arg-type]
-        streams_api.create(reg, dst, {}, copymetafrom=src)  # type: ignore[arg-type]
+        stream_ops.create(reg, dst, {}, copymetafrom=src)  # type: ignore[arg-type]
         replicas.add(reg, src, dst)  # type: ignore[arg-type]
         replicas.upstream_add(reg, dst, src)  # type: ignore[arg-type]
     return out
