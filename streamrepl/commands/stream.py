@@ -111,7 +111,7 @@ def info_cmd(path: str) -> None:
 
 
 STREAM_LIST = Listing(
-    # streams.INFO_COLUMNS, then the permissions (ace.PERMS) shown to whoever has adminperm
+    # streams.INFO_COLUMNS, then the permissions (streams.PERMS) shown to whoever has adminperm
     fields=(
         "path",
         "cluster",

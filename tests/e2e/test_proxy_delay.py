@@ -8,25 +8,22 @@ the deadlines below only keep a broken run from hanging."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from support.behind import tansu_behind
 from support.delayline import DelayLine
 from support.metrics import sample, scrape
 from support.proxy import running_proxy
 from support.streams import Gateways
-from support.throttle import free_port
 
 from streamrepl import kafka, registry, replicas, stream_ops, streams, topics
 from streamrepl.kafka import TopicPartition
 from streamrepl.local import EphemeralClusters
-from streamrepl.local_brokers import Tansu
 from streamrepl.paths import kafka_topic_name
 from streamrepl.status import proxy_fallback
 
@@ -37,32 +34,6 @@ pytestmark = pytest.mark.noida
 SMALL = 0.005
 LARGE = 1.0
 SYNC_TIMEOUT = 0.5
-
-
-@contextmanager
-def delayed_tansu(cluster: str, logdir: Path) -> Iterator[tuple[str, DelayLine]]:
-    """A Tansu broker for `cluster` behind a DelayLine it advertises: (the address clients are given, the line)."""
-    from confluent_kafka.admin import AdminClient
-
-    port = free_port()
-    with DelayLine(port, SMALL) as line:
-        cmd, env = Tansu().command(cluster, port, logdir / cluster, advertised=line.port)
-        with open(logdir / f"{cluster}.log", "ab") as out:
-            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        address = f"127.0.0.1:{line.port}"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    AdminClient({"bootstrap.servers": address}).list_topics(timeout=2)
-                    break
-                except Exception:
-                    assert time.monotonic() < deadline and proc.poll() is None, f"{cluster}'s broker did not start"
-                    time.sleep(0.2)
-            yield address, line
-        finally:
-            proc.kill()
-            proc.wait()
 
 
 def _wait(what: str, done: Callable[[], object], timeout: float = 90) -> None:
@@ -77,7 +48,7 @@ def test_the_link_falls_back_when_the_delay_grows_and_returns_when_it_shrinks(tm
 
     with (
         EphemeralClusters(["sanfrancisco"], state_dir=tmp_path / "state") as ec,
-        delayed_tansu("newyork", tmp_path) as (newyork, line),
+        tansu_behind("newyork", tmp_path, lambda port: DelayLine(port, SMALL)) as (newyork, line),
     ):
         regfile = tmp_path / "clusters.yaml"  # the registry a user writes: bootstrap.servers only
         clusters = {"sanfrancisco": {"bootstrap.servers": ec.brokers["sanfrancisco"].bootstrap}}

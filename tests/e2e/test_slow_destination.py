@@ -9,21 +9,16 @@ The destination here is a Tansu broker that advertises a proxy in front of it wh
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from support.behind import tansu_behind
 from support.streams import Gateways, assert_identical, link, new_stream, new_topics, same_ends, sp, uuid_of, wait_until
-from support.throttle import Throttle, free_port
+from support.throttle import Throttle
 
 from streamrepl.local import EphemeralClusters
-from streamrepl.local_brokers import Tansu
 from streamrepl.paths import kafka_topic_name
 
 #: long: CI runs it in a step of its own (`-m slow`), out of the default run
@@ -33,30 +28,6 @@ RATE = 3_000_000  # bytes/s the destination takes
 RECORDS = 24_000  # of 1 KiB over 4 partitions: 8 s at RATE, all of it queued at once before the fix
 SIZE = 1024
 TOPICS = {"t": 4}
-
-
-@contextmanager
-def slow_tansu(cluster: str, logdir: Path) -> Iterator[str]:
-    """A Tansu broker for `cluster` behind a Throttle it advertises; yields the address clients are given."""
-    port = free_port()
-    with Throttle(port, RATE) as throttle:
-        cmd, env = Tansu().command(cluster, port, logdir / cluster, advertised=throttle.port)
-        with open(logdir / f"{cluster}.log", "ab") as out:
-            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        address = f"127.0.0.1:{throttle.port}"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    AdminClient({"bootstrap.servers": address}).list_topics(timeout=2)
-                    break
-                except Exception:
-                    assert time.monotonic() < deadline and proc.poll() is None, f"{cluster}'s broker did not start"
-                    time.sleep(0.2)
-            yield address
-        finally:
-            proc.kill()
-            proc.wait()
 
 
 def _preload(bootstrap: str, kt: str) -> None:
@@ -81,7 +52,7 @@ def _preload(bootstrap: str, kt: str) -> None:
 def test_a_destination_slower_than_the_source_slows_the_gateway_and_times_no_write_out(tmp_path: Path) -> None:
     with (
         EphemeralClusters(["sanfrancisco"], state_dir=tmp_path / "state") as ec,
-        slow_tansu("newyork", tmp_path) as newyork,
+        tansu_behind("newyork", tmp_path, lambda port: Throttle(port, RATE)) as (newyork, _),
     ):
         # The registry a user writes: bootstrap.servers only.
         reg = tmp_path / "clusters.yaml"

@@ -270,3 +270,20 @@ def test_long_on_a_terminal_cuts_nothing(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "replicaPath" not in "\n".join(lines)  # the default columns, by their headers
     lines = on_terminal(ROWS[:1], 80, monkeypatch, long=True)
     assert lines[0].split() == ["replica", "state", "uptodate", "pending", "lagsec", "error"]
+
+
+def test_each_listings_fields_are_the_library_columns_it_names() -> None:
+    """The commands name their fields themselves (`--help` imports no Kafka client, which the library modules do):
+    they must stay the columns the library gives, in its order."""
+    from streamrepl import streams, topics
+    from streamrepl.commands.cursor import CURSOR_LIST
+    from streamrepl.commands.gateway import GATEWAY_LIST
+    from streamrepl.commands.stream import STREAM_LIST
+    from streamrepl.commands.topic import TOPIC_LIST
+    from streamrepl.cursors.operations import CURSOR_COLUMNS
+    from streamrepl.replication.live import COLUMNS as GATEWAY_COLUMNS
+
+    assert tuple(CURSOR_LIST.fields) == tuple(CURSOR_COLUMNS)
+    assert tuple(GATEWAY_LIST.fields) == tuple(GATEWAY_COLUMNS)
+    assert tuple(TOPIC_LIST.fields) == tuple(topics.LIST_COLUMNS)
+    assert tuple(STREAM_LIST.fields) == (*streams.INFO_COLUMNS, *streams.PERMS)
