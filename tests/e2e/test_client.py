@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from support import FAST_GROUP, RECENT_MS
+from support.streams import synchronous_pair
 
 from streamrepl import kafka, policy, registry, stream_ops, streams, topics
 from streamrepl.client import StreamConsumer, StreamProducer
@@ -178,16 +179,9 @@ def test_producer_autocreates_topics_and_refuses_reserved_headers(reg: registry.
 
 
 def test_synchronous_replica_acknowledges_only_replicated_records_and_falls_back(reg: registry.Registry) -> None:
-    from streamrepl import replicas
     from streamrepl.replication.gateway import Gateway
 
-    name = f"sync{uuid.uuid4().hex[:6]}"
-    sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
-    stream_ops.create(reg, sf, {"defaultpartitions": 1})
-    stream_ops.create(reg, ny, {"defaultpartitions": 1})
-    topics.create(reg, sf, "orders")
-    replicas.add(reg, sf, ny, synchronous=True)
-    replicas.upstream_add(reg, ny, sf)
+    sf, ny = synchronous_pair(reg, "sync")
 
     def start_gateway() -> tuple[Gateway, threading.Thread]:
         gw = Gateway(reg, "newyork", f"test-{uuid.uuid4().hex[:4]}")

@@ -9,7 +9,6 @@ the deadlines below only keep a broken run from hanging."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from support.behind import tansu_behind
 from support.delayline import DelayLine
 from support.metrics import sample, scrape
 from support.proxy import running_proxy
-from support.streams import Gateways
+from support.streams import Gateways, synchronous_pair
 
-from streamrepl import kafka, registry, replicas, stream_ops, streams, topics
+from streamrepl import kafka, registry, streams
 from streamrepl.kafka import TopicPartition
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -55,13 +54,7 @@ def test_the_link_falls_back_when_the_delay_grows_and_returns_when_it_shrinks(tm
         clusters["newyork"] = {"bootstrap.servers": newyork}
         regfile.write_text(yaml.safe_dump({"default": "sanfrancisco", "clusters": clusters}))
         reg = registry.load(str(regfile))
-        name = f"pxdelay{uuid.uuid4().hex[:6]}"
-        sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
-        stream_ops.create(reg, sf, {"defaultpartitions": 1})
-        stream_ops.create(reg, ny, {"defaultpartitions": 1})
-        topics.create(reg, sf, "orders")
-        replicas.add(reg, sf, ny, synchronous=True)
-        replicas.upstream_add(reg, ny, sf)
+        sf, ny = synchronous_pair(reg, "pxdelay")
         source, replica = streams.resolve(reg, sf).path, streams.resolve(reg, ny).path
         source_topic, replica_topic = kafka_topic_name(source, "orders"), kafka_topic_name(replica, "orders")
         link = f"{source}->{replica}"

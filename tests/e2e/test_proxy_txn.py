@@ -6,7 +6,6 @@ as Apache Kafka has them (markers taking offsets). The hold itself is unit-teste
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +13,9 @@ import pytest
 import yaml
 from support.metrics import sample, scrape
 from support.proxy import running_proxy
-from support.streams import Gateways
+from support.streams import Gateways, synchronous_pair
 
-from streamrepl import kafka, registry, replicas, stream_ops, streams, topics
+from streamrepl import kafka, registry, streams
 from streamrepl.kafka import TopicPartition
 from streamrepl.local import EphemeralClusters
 from streamrepl.paths import kafka_topic_name
@@ -44,13 +43,7 @@ def test_a_commit_through_the_proxy_returns_once_the_replica_holds_the_transacti
     clusters = {name: {"bootstrap.servers": b.bootstrap} for name, b in ec.brokers.items()}
     regfile.write_text(yaml.safe_dump({"default": "sanfrancisco", "clusters": clusters}))
     reg = registry.load(str(regfile))
-    name = f"pxtxn{uuid.uuid4().hex[:6]}"
-    sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
-    stream_ops.create(reg, sf, {"defaultpartitions": 1})
-    stream_ops.create(reg, ny, {"defaultpartitions": 1})
-    topics.create(reg, sf, "orders")
-    replicas.add(reg, sf, ny, synchronous=True)
-    replicas.upstream_add(reg, ny, sf)
+    sf, ny = synchronous_pair(reg, "pxtxn")
     source, replica = streams.resolve(reg, sf).path, streams.resolve(reg, ny).path
     source_topic = kafka_topic_name(source, "orders")
     tp = TopicPartition(kafka_topic_name(replica, "orders"), 0)
@@ -83,7 +76,12 @@ def test_a_commit_through_the_proxy_returns_once_the_replica_holds_the_transacti
             time.sleep(0.2)
 
         producer = Producer(
-            {"bootstrap.servers": proxy.bootstrap, "transactional.id": f"tx-{name}", "acks": "all", "linger.ms": 0}
+            {
+                "bootstrap.servers": proxy.bootstrap,
+                "transactional.id": f"tx-{sf.rsplit('/', 1)[1]}",
+                "acks": "all",
+                "linger.ms": 0,
+            }
         )
         producer.init_transactions(60)
         committed: list[tuple[int, int]] = []  # (the transaction's last offset, the replica's end after the commit)

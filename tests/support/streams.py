@@ -467,3 +467,20 @@ class SteadyProducer:
         self._thread.join()
         assert not self.errors, self.errors[:3]
         return self.sent
+
+
+def synchronous_pair(reg: Any, prefix: str, topic: str = "orders") -> tuple[str, str]:
+    """/sanfrancisco/<prefix><random> with `topic` (one partition) and its synchronous replica of the same name in
+    newyork, linked both ways, through the library (the registry `reg` a test loaded): (source path, replica path)."""
+    import uuid
+
+    from streamrepl import replicas, stream_ops, topics
+
+    name = f"{prefix}{uuid.uuid4().hex[:6]}"
+    sf, ny = f"/sanfrancisco/{name}", f"/newyork/{name}"
+    stream_ops.create(reg, sf, {"defaultpartitions": 1})
+    stream_ops.create(reg, ny, {"defaultpartitions": 1})
+    topics.create(reg, sf, topic)
+    replicas.add(reg, sf, ny, synchronous=True)
+    replicas.upstream_add(reg, ny, sf)
+    return sf, ny
