@@ -268,27 +268,26 @@ def _free_port(taken: set[int], prefer: int | None = None) -> int:
     raise Unreachable("no free loopback port found for a local broker")
 
 
-def _remembered_ports(state_dir: Path) -> dict[str, int]:
-    """The port each cluster last ran on, kept across `down` so that `up` brings it back there. Only a preference:
-    an unreadable file (written by hand) is taken as empty and written anew."""
+def _ports_file(state_dir: Path) -> dict[str, Any]:
+    """PORTS_FILE's entries; an unreadable file, or one that is not a mapping, as none."""
     try:
         raw = json.loads((state_dir / PORTS_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    if not isinstance(raw, dict):
-        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _remembered_ports(state_dir: Path) -> dict[str, int]:
+    """The port each cluster last ran on, kept across `down` so that `up` brings it back there. Only a preference:
+    an unreadable file (written by hand) is taken as empty and written anew."""
+    raw = _ports_file(state_dir)
     return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536}
 
 
 def _remembered_brokers(state_dir: Path) -> dict[str, str]:
     """The broker each cluster last ran on, kept in PORTS_FILE beside its port ("<cluster>/broker"; files written
     before it have none), in the order the clusters first ran."""
-    try:
-        raw = json.loads((state_dir / PORTS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(raw, dict):
-        return {}
+    raw = _ports_file(state_dir)
     return {
         k[: -len(_BROKER_KEY)]: v
         for k, v in raw.items()

@@ -89,6 +89,18 @@ def opt(name: str, *decls: str, **kwargs: Any) -> Callable:
     return click.option(f"-{name}", f"--{name}", *flags, dest, **kwargs)
 
 
+def loglevel_opt() -> Callable:
+    """-loglevel of the long-running commands (gateway start, proxy start)."""
+    return opt(
+        "loglevel",
+        type=LOG_LEVELS,
+        metavar="DEBUG|INFO|WARNING|ERROR",
+        default="INFO",
+        show_default=True,
+        help="What the log shows, from everything (DEBUG) to errors only.",
+    )
+
+
 @dataclass
 class App:
     """Per-invocation state: where the registry is and how to print."""

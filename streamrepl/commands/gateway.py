@@ -14,7 +14,7 @@ import click
 
 from ..cli import CONTEXT_SETTINGS
 from ..output import Listing
-from .common import BOOL, LOG_LEVELS, app, handles_errors, listing, opt, output, require
+from .common import BOOL, app, handles_errors, listing, loglevel_opt, opt, output, require
 
 if TYPE_CHECKING:
     from ..replication.workers import Worker
@@ -44,14 +44,7 @@ _OPTIONS = (
         metavar="NAME",
         help="Gateway name: letters, digits, '.', '_' and '-' (default: <host>-<pid>).",
     ),
-    opt(
-        "loglevel",
-        type=LOG_LEVELS,
-        metavar="DEBUG|INFO|WARNING|ERROR",
-        default="INFO",
-        show_default=True,
-        help="What the log shows, from everything (DEBUG) to errors only.",
-    ),
+    loglevel_opt(),
     opt(
         "metricsport",
         type=int,

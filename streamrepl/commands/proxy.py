@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..cli import CONTEXT_SETTINGS
-from .common import BOOL, LOG_LEVELS, app, handles_errors, opt, output, require
+from .common import BOOL, app, handles_errors, loglevel_opt, opt, output, require
 
 if TYPE_CHECKING:
     from ..registry import Cluster
@@ -50,14 +50,7 @@ def proxy() -> None:
     show_default=True,
     help="A synchronous replica making no progress this long (no gateway alive) falls back to asynchronous.",
 )
-@opt(
-    "loglevel",
-    type=LOG_LEVELS,
-    metavar="DEBUG|INFO|WARNING|ERROR",
-    default="INFO",
-    show_default=True,
-    help="What the log shows, from everything (DEBUG) to errors only.",
-)
+@loglevel_opt()
 @opt(
     "supervise",
     type=BOOL,
