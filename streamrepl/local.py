@@ -254,11 +254,22 @@ def _bindable(port: int) -> int | None:
         return int(s.getsockname()[1])
 
 
+#: How long `up` waits for a cluster's old port to come free (a broker stopped a moment ago may still hold it while
+#: its process ends) before it takes another one.
+PREFERRED_PORT_WAIT = 5.0
+
+
 def _free_port(taken: set[int], prefer: int | None = None) -> int:
     # Restarting a cluster on its old port keeps registries, configs and running gateways that name it valid.
-    if prefer and prefer not in taken and _bindable(prefer):
-        taken.add(prefer)
-        return prefer
+    if prefer and prefer not in taken:
+        deadline = time.monotonic() + PREFERRED_PORT_WAIT
+        while True:
+            if _bindable(prefer):
+                taken.add(prefer)
+                return prefer
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
     for _ in range(50):
         # The port is released before the broker binds it, so ports picked in one `up` must differ.
         port = _bindable(0)
