@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,20 +98,17 @@ class ReplicaEnd:
         self.tp = TopicPartition(pair.replica_topic, 0)
 
     def __call__(self) -> int:
-        try:
-            return kafka.true_end(self.reader, self.tp, timeout=5)
-        except Exception:  # noqa: BLE001 - the gateway has not made the replica topic yet
-            # A new reader next time: librdkafka keeps a topic it was told is absent in its metadata cache.
-            self.reader.close()
-            self.reader = kafka.consumer(self.cluster)
-            return 0
+        return self._read(kafka.true_end)
 
     def quick(self) -> int:
         """The high watermark alone: one request, so that the gateway has no time to catch up with an acknowledgement
         that did not wait for it. It can under-count on Tansu (the base offset of the last batch + 1), never
         over-count: a record it counts is in the replica."""
+        return self._read(kafka.high_mark)
+
+    def _read(self, end: Callable[..., int]) -> int:
         try:
-            return kafka.high_mark(self.reader, self.tp, timeout=5)
+            return end(self.reader, self.tp, timeout=5)
         except Exception:  # noqa: BLE001 - the gateway has not made the replica topic yet
             # A new reader next time: librdkafka keeps a topic it was told is absent in its metadata cache.
             self.reader.close()
