@@ -250,24 +250,23 @@ def _written_by_another(
     source, which did not change. When the replica's last record there is a replicated one (it carries its origin),
     a gateway wrote it and it is the source that ends below it now (its stream made again under its path, or its
     broker came back without records): a divergence. What to say of the first and how many there are ("", 0)."""
-    found: list[tuple[str, int, int, int]] = []
+    found: list[tuple[str, int, int, int, int]] = []
     for topic, p in pairs:
         report = reports.get(statustopic.unit_key(entry.path, str(src.path), topic, p))
         wrote = int(report.get("next", -1)) if report is not None else -1
         s_end = src_ends.get((kafka_topic_name(src.path, topic), p), 0)
         d_end = dst_ends.get((kafka_topic_name(dst_path, topic), p), 0)
         if wrote >= 0 and d_end > max(s_end, wrote):
-            found.append((topic, p, d_end, max(s_end, wrote)))
+            found.append((topic, p, d_end, max(s_end, wrote), s_end))
     if not found:
         return "", 0
-    topic, p, d_end, ours = found[0]
+    topic, p, d_end, ours, s_end = found[0]
     c = kafka.consumer(dst_cluster)
     try:
         last = kafka.last_record(c, kafka.TopicPartition(kafka_topic_name(dst_path, topic), p), d_end)
     finally:
         c.close()
     if last is not None and policy.origin_of(last.headers(), "") != "":
-        s_end = src_ends.get((kafka_topic_name(src.path, topic), p), 0)
         return (
             f"source {src.path}:{topic} partition {p} diverged from its replica {entry.path}: it ends at offset"
             f" {s_end}, below the {d_end} records the replica holds from it (its stream or topic was made again, or"
